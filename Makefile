@@ -1,0 +1,37 @@
+# The two commands: `make run` and `make test`. Both set up what they need and are
+# quick when nothing changed (the virtualenv is rebuilt only when requirements change).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test install lint format bench clean services-down
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing dependencies into $(VENV)…"
+	@$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	@$(BIN)/python -m config.stack
+
+test: $(STAMP)
+	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	@$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format: $(STAMP)
+	@$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	@$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+services-down: $(STAMP)
+	@$(BIN)/python -m config.embedded down
+
+clean: services-down
+	rm -rf $(VENV) .local staticfiles

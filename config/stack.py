@@ -1,0 +1,126 @@
+"""`make run`: the whole system on one machine.
+
+Starts the embedded PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset,
+migrates, seeds the demo data, then runs gunicorn, a Celery worker and Celery beat.
+Ctrl-C (SIGINT) or SIGTERM stops every process it started, embedded servers included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from config import embedded
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PY = sys.executable
+BIN = Path(PY).parent
+
+
+def _say(message: str) -> None:
+    print(f"[make run] {message}", flush=True)
+
+
+def _manage(*args: str, env: dict) -> None:
+    subprocess.run([PY, "manage.py", *args], cwd=BASE_DIR, env=env, check=True)
+
+
+def processes(env: dict) -> dict[str, list[str]]:
+    port = env.get("PORT", "8000")
+    workers = env.get("WEB_CONCURRENCY", "3")
+    return {
+        "web": [
+            str(BIN / "gunicorn"),
+            "config.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            workers,
+            "--access-logfile",
+            "-",
+            "--graceful-timeout",
+            "5",
+        ],
+        "worker": [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "2"],
+        "beat": [
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(BASE_DIR / ".local" / "celerybeat-schedule"),
+        ],
+    }
+
+
+def main() -> int:
+    env = dict(os.environ)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    already = embedded.running_services()
+    env.update(embedded.ensure_services(env))
+    started_here = embedded.running_services() - already
+    (BASE_DIR / ".local").mkdir(exist_ok=True)
+
+    children: dict[str, subprocess.Popen] = {}
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    code = 0
+    try:
+        _say("migrating the database…")
+        _manage("migrate", "--noinput", "-v", "0", env=env)
+        _manage("collectstatic", "--noinput", "-v", "0", env=env)
+        _say("seeding demo data…")
+        _manage("seed_demo", env=env)
+        for name, argv in processes(env).items():
+            # Own process groups: the terminal's Ctrl-C reaches this supervisor, which
+            # then stops each child in order instead of all of them at once.
+            children[name] = subprocess.Popen(argv, cwd=BASE_DIR, env=env, start_new_session=True)
+            _say(f"started {name} (pid {children[name].pid})")
+        port = env.get("PORT", "8000")
+        _say(
+            f"ready: shop at http://127.0.0.1:{port}/  admin at http://127.0.0.1:{port}/admin/  API docs at /api/docs/"
+        )
+        _say("press Ctrl-C to stop everything")
+        while not stopping:
+            for name, proc in children.items():
+                if proc.poll() is not None:
+                    _say(f"{name} exited with code {proc.returncode}; stopping the rest")
+                    code = proc.returncode or 1
+                    stopping = True
+                    break
+            time.sleep(0.3)
+    except subprocess.CalledProcessError as exc:
+        _say(f"setup step failed: {' '.join(map(str, exc.cmd))} (exit {exc.returncode})")
+        code = exc.returncode or 1
+    finally:
+        _say("stopping…")
+        for proc in children.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for name, proc in children.items():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _say(f"{name} did not stop in time; killing it")
+                proc.kill()
+                proc.wait()
+        stopped = embedded.stop_services(started_here)
+        _say("stopped" + (f" (and the embedded {', '.join(stopped)})" if stopped else ""))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from orders import apis as order_apis
+from orders import views as order_views
+from seckill import apis as seckill_apis
+from seckill import views as seckill_views
+
+api = [
+    path("activities/", seckill_apis.ActivityListApi.as_view(), name="activity-list"),
+    path("activities/<int:activity_id>/", seckill_apis.ActivityDetailApi.as_view(), name="activity-detail"),
+    path("activities/<int:activity_id>/flag", seckill_apis.FlagApi.as_view(), name="activity-flag"),
+    path("activities/<int:activity_id>/purchase", seckill_apis.PurchaseApi.as_view(), name="activity-purchase"),
+    path("activities/<int:activity_id>/result", seckill_apis.ResultApi.as_view(), name="activity-result"),
+    path("orders/", order_apis.OrderListApi.as_view(), name="order-list"),
+    path("orders/<str:order_no>/", order_apis.OrderDetailApi.as_view(), name="order-detail"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+]
+
+urlpatterns = [
+    path("", seckill_views.activity_list, name="home"),
+    path("seckill/<int:activity_id>/", seckill_views.activity_page, name="activity-page"),
+    path("seckill/<int:activity_id>/flag.js", seckill_views.flag_js, name="activity-flag-js"),
+    path("orders/", order_views.my_orders, name="my-orders"),
+    path("accounts/signup/", seckill_views.signup, name="signup"),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("api/", include(api)),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,71 @@
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class Product(models.Model):
+    name = models.CharField(_("name"), max_length=200)
+    description = models.TextField(_("description"), blank=True)
+    image_url = models.URLField(_("image URL"), blank=True)
+    list_price = models.DecimalField(_("list price"), max_digits=10, decimal_places=2)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SeckillStock(models.Model):
+    """The database's copy of one activity's stock: the guard behind Redis.
+
+    ``available`` changes only in ``inventory.services`` through conditional updates.
+    """
+
+    activity = models.OneToOneField("seckill.Activity", on_delete=models.CASCADE, related_name="stock")
+    total = models.PositiveIntegerField()
+    available = models.IntegerField()
+    version = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "seckill stock"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(available__gte=0), name="stock_available_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(available__lte=models.F("total")), name="stock_available_within_total"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.available}/{self.total}"
+
+
+class StockMovement(models.Model):
+    """The ledger: every change of ``SeckillStock.available``, with its order and reason."""
+
+    class Kind(models.TextChoices):
+        DEDUCT = "deduct", _("deduct")
+        RETURN = "return", _("return")
+
+    activity = models.ForeignKey("seckill.Activity", on_delete=models.CASCADE, related_name="stock_movements")
+    order = models.ForeignKey(
+        "orders.Order", null=True, blank=True, on_delete=models.PROTECT, related_name="stock_movements"
+    )
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    quantity = models.PositiveIntegerField()
+    reason = models.CharField(max_length=60)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            # Each order's units leave the stock once and come back at most once.
+            models.UniqueConstraint(
+                fields=["order", "kind"], condition=models.Q(order__isnull=False), name="ledger_one_move_per_order_kind"
+            ),
+        ]
+        indexes = [models.Index(fields=["activity", "kind"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.quantity} ({self.reason})"

@@ -1,0 +1,95 @@
+from django.conf import settings
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class Order(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", _("pending payment")
+        PAID = "paid", _("paid")
+        CANCELLED = "cancelled", _("cancelled")
+
+    LIVE_STATUSES = (Status.PENDING, Status.PAID)
+
+    # Derived from the reservation (see orders.services.order_number), so a replay can
+    # never mint a second number for the same reservation.
+    order_no = models.CharField(max_length=40, unique=True)
+    activity = models.ForeignKey("seckill.Activity", on_delete=models.PROTECT, related_name="orders")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="seckill_orders")
+    quantity = models.PositiveIntegerField()
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    cancel_reason = models.CharField(max_length=40, blank=True)
+    shard = models.PositiveSmallIntegerField(default=0)
+    # The id of the reservation-log entry (of the shard's log) this order was made from.
+    reservation_id = models.CharField(max_length=64)
+    pay_deadline = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    paid_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # The final judge of "one order per shopper": at most one live order per activity.
+            models.UniqueConstraint(
+                fields=["activity", "user"],
+                condition=models.Q(status__in=["pending", "paid"]),
+                name="orders_one_live_order_per_user",
+            ),
+            # One order per reservation: a task delivered twice inserts once.
+            models.UniqueConstraint(fields=["activity", "shard", "reservation_id"], name="orders_one_per_reservation"),
+            models.CheckConstraint(condition=models.Q(quantity__gte=1), name="orders_quantity_positive"),
+        ]
+        indexes = [
+            models.Index(fields=["user", "-created_at"]),
+            models.Index(fields=["activity", "status"]),
+            models.Index(fields=["status", "pay_deadline"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.order_no
+
+
+class AnomalyOrder(models.Model):
+    """Something Redis and the database disagree on, for staff to review."""
+
+    class Kind(models.TextChoices):
+        DB_GUARD_FAILED = "db_guard_failed", _("database had no stock for a Redis reservation")
+        DUPLICATE_RESERVATION = "duplicate_reservation", _("reservation for a shopper who already has an order")
+        REPLAY_EXHAUSTED = "replay_exhausted", _("reservation could not become an order")
+        PAID_NOT_DEDUCTED = "paid_not_deducted", _("paid order without a stock deduction")
+        DRIFT = "drift", _("stock drift reconciliation cannot explain")
+
+    class Status(models.TextChoices):
+        OPEN = "open", _("open")
+        RESOLVED = "resolved", _("resolved")
+
+    kind = models.CharField(max_length=30, choices=Kind.choices)
+    activity = models.ForeignKey("seckill.Activity", on_delete=models.PROTECT, related_name="anomalies")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT)
+    order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="anomalies")
+    reservation_id = models.CharField(max_length=64, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    resolution_note = models.TextField(blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # Opening the same anomaly twice (a retried task) records it once.
+            models.UniqueConstraint(
+                fields=["kind", "activity", "reservation_id"],
+                condition=~models.Q(reservation_id=""),
+                name="anomaly_once_per_reservation",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "kind"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk}"

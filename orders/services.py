@@ -1,0 +1,162 @@
+"""Order writes: creation from reservations (the consumer), and later pay and cancel."""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from inventory.services import InsufficientStock, stock_deduct
+from seckill.models import Activity
+from seckill.reservations import reservation_release, reservations_acknowledge
+from seckill.scripts import LogEntry
+
+from .models import AnomalyOrder, Order
+
+logger = logging.getLogger(__name__)
+
+
+def order_number(*, activity_id: int, entry: LogEntry) -> str:
+    return f"A{activity_id}-{entry.shard}-{entry.reservation_id}"
+
+
+@dataclass
+class BatchOutcome:
+    created: list[str] = field(default_factory=list)  # reservation ids that became orders now
+    already_done: list[str] = field(default_factory=list)  # had an order before
+    released: list[str] = field(default_factory=list)  # returned to Redis, anomaly opened
+
+
+def anomaly_open(
+    *, kind: str, activity_id: int, details: dict, entry: LogEntry | None = None, order: Order | None = None
+) -> AnomalyOrder:
+    """Record an anomaly; one per (kind, reservation), so a retried task opens it once."""
+    user_id = entry.user_id if entry else (order.user_id if order else None)
+    if entry is None:
+        anomaly, created = (
+            AnomalyOrder.objects.create(
+                kind=kind, activity_id=activity_id, order=order, user_id=user_id, details=details
+            ),
+            True,
+        )
+    else:
+        anomaly, created = AnomalyOrder.objects.get_or_create(
+            kind=kind,
+            activity_id=activity_id,
+            reservation_id=entry.reservation_id,
+            defaults={"user_id": user_id, "order": order, "details": details},
+        )
+    if created:
+        # A line an alert can fire on.
+        logger.warning(
+            "seckill.anomaly kind=%s activity=%s anomaly=%s details=%s", kind, activity_id, anomaly.pk, details
+        )
+    return anomaly
+
+
+def _insert_orders(activity: Activity, entries: list[LogEntry]) -> list[Order]:
+    """INSERT … ON CONFLICT DO NOTHING: rows that clash with either unique constraint
+    (reservation already ordered, or shopper already holds a live order) are skipped."""
+    now = timezone.now()
+    deadline = now + timedelta(seconds=activity.pay_timeout)
+    rows, params = [], []
+    for e in entries:
+        rows.append("(%s, %s, %s, %s, %s, %s, '', %s, %s, %s, %s)")
+        params += [
+            order_number(activity_id=activity.pk, entry=e),
+            activity.pk,
+            e.user_id,
+            e.quantity,
+            activity.seckill_price * e.quantity,
+            Order.Status.PENDING,
+            e.shard,
+            e.reservation_id,
+            deadline,
+            now,
+        ]
+    sql = (
+        f"INSERT INTO {Order._meta.db_table} (order_no, activity_id, user_id, quantity, amount, status,"
+        " cancel_reason, shard, reservation_id, pay_deadline, created_at) VALUES "
+        + ", ".join(rows)
+        + " ON CONFLICT DO NOTHING RETURNING id, order_no, user_id, quantity, reservation_id, shard"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        returned = cursor.fetchall()
+    return [
+        Order(
+            pk=pk,
+            order_no=no,
+            activity=activity,
+            user_id=uid,
+            quantity=q,
+            reservation_id=rid,
+            shard=shard,
+            pay_deadline=deadline,
+        )
+        for pk, no, uid, q, rid, shard in returned
+    ]
+
+
+def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]) -> BatchOutcome:
+    """Turn reservations into orders in one transaction, with the database stock guard.
+
+    Idempotent: a reservation that already has an order counts as done. A reservation
+    the database cannot honour (no stock, or the shopper already holds a live order)
+    is released in Redis and recorded as an anomaly.
+    """
+    outcome = BatchOutcome()
+    if not entries:
+        return outcome
+    activity = Activity.objects.only("pk", "seckill_price", "pay_timeout").get(pk=activity_id)
+    # A consistent order of inserts keeps two concurrent batches from deadlocking.
+    entries = sorted(entries, key=lambda e: (e.shard, e.reservation_id))
+    try:
+        with transaction.atomic():
+            inserted = _insert_orders(activity, entries)
+            stock_deduct(activity_id=activity_id, orders=inserted)
+    except InsufficientStock:
+        if len(entries) > 1:
+            # Find the reservations the database cannot honour, one at a time.
+            for entry in entries:
+                single = orders_create_from_reservations(activity_id=activity_id, entries=[entry])
+                outcome.created += single.created
+                outcome.already_done += single.already_done
+                outcome.released += single.released
+            return outcome
+        entry = entries[0]
+        reservation_release(activity_id=activity_id, entry=entry, free_participant=True, reason="no_stock")
+        anomaly_open(
+            kind=AnomalyOrder.Kind.DB_GUARD_FAILED,
+            activity_id=activity_id,
+            entry=entry,
+            details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
+        )
+        outcome.released.append(entry.reservation_id)
+        return outcome
+
+    outcome.created = [o.reservation_id for o in inserted]
+    skipped = [e for e in entries if e.reservation_id not in set(outcome.created)]
+    if skipped:
+        ordered = set(
+            Order.objects.filter(
+                activity_id=activity_id, reservation_id__in=[e.reservation_id for e in skipped]
+            ).values_list("reservation_id", flat=True)
+        )
+        for entry in skipped:
+            if entry.reservation_id in ordered:
+                outcome.already_done.append(entry.reservation_id)
+                continue
+            # The shopper already holds a live order: Redis let a second reservation
+            # through (e.g. participants lost in a restart). The constraint said no.
+            reservation_release(activity_id=activity_id, entry=entry, free_participant=False, reason="duplicate")
+            anomaly_open(
+                kind=AnomalyOrder.Kind.DUPLICATE_RESERVATION,
+                activity_id=activity_id,
+                entry=entry,
+                details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
+            )
+            outcome.released.append(entry.reservation_id)
+    reservations_acknowledge(activity_id=activity_id, reservation_ids=outcome.created + outcome.already_done)
+    return outcome

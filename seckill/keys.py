@@ -1,0 +1,54 @@
+"""Redis key names of one activity.
+
+Every key carries the hash tag ``{a<id>}`` so that all keys one script touches live
+in one Redis Cluster slot.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ActivityKeys:
+    activity_id: int
+
+    @property
+    def tag(self) -> str:
+        return f"{{a{self.activity_id}}}"
+
+    @property
+    def stock(self) -> str:
+        """Units Redis may still sell (missing = not warmed, never "sold out")."""
+        return f"seckill:{self.tag}:stock"
+
+    @property
+    def loaded(self) -> str:
+        """Units warm-up loaded: the left side of the reconciliation identity."""
+        return f"seckill:{self.tag}:loaded"
+
+    @property
+    def users(self) -> str:
+        """Hash: user id -> reservation id of the shopper's live reservation."""
+        return f"seckill:{self.tag}:users"
+
+    @property
+    def log(self) -> str:
+        """Stream: reservations not yet turned into orders (entry id = reservation id)."""
+        return f"seckill:{self.tag}:log"
+
+    @property
+    def attempts(self) -> str:
+        """Hash: reservation id -> replay attempts so far."""
+        return f"seckill:{self.tag}:attempts"
+
+    @property
+    def failed(self) -> str:
+        """Hash: user id -> why their reservation was released without an order."""
+        return f"seckill:{self.tag}:failed"
+
+    @property
+    def returned(self) -> str:
+        """Set: order numbers whose units were returned to Redis (makes returns idempotent)."""
+        return f"seckill:{self.tag}:returned"
+
+    def all(self) -> list[str]:
+        return [self.stock, self.loaded, self.users, self.log, self.attempts, self.failed, self.returned]

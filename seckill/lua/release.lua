@@ -1,0 +1,22 @@
+-- Give back a reservation that will not become an order (the database guard found
+-- no stock, the shopper already had an order, or the replay gave up).
+-- Idempotent: acts only while the reservation is still in the log.
+--
+-- KEYS[1] stock   KEYS[2] users   KEYS[3] log   KEYS[4] failed
+-- ARGV[1] reservation id   ARGV[2] user id   ARGV[3] quantity
+-- ARGV[4] "1" to free the shopper to try again   ARGV[5] reason
+--
+-- Returns 1 when released, 0 when it had been released (or ordered) before.
+if redis.call('XDEL', KEYS[3], ARGV[1]) == 0 then
+  return 0
+end
+-- Without a stock key (Redis restarted, or cleaned up) the next warm-up derives the
+-- stock from the database and the log; creating the key here would fake a warm-up.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('INCRBY', KEYS[1], ARGV[3])
+end
+if ARGV[4] == '1' and redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+  redis.call('HSET', KEYS[4], ARGV[2], ARGV[5])
+end
+return 1

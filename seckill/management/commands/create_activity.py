@@ -1,0 +1,67 @@
+import json
+from decimal import Decimal, InvalidOperation
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from inventory.models import Product
+from seckill.services import WarmupError, activity_create, activity_warmup
+
+from ._time import parse_when
+
+
+def _money(value: str) -> Decimal:
+    try:
+        amount = Decimal(value)
+    except InvalidOperation as exc:
+        raise CommandError(f"{value!r} is not an amount such as 99.00") from exc
+    if amount < 0:
+        raise CommandError(f"{value!r}: an amount cannot be negative")
+    return amount
+
+
+class Command(BaseCommand):
+    help = 'Create a flash-sale activity (and its product if new); prints {"id": …} as JSON.'
+
+    def add_arguments(self, parser):
+        parser.add_argument("--title", required=True)
+        parser.add_argument("--product-name", required=True)
+        parser.add_argument("--price", required=True, help="list price, e.g. 99.00")
+        parser.add_argument("--seckill-price", required=True, help="sale price, e.g. 0.10")
+        parser.add_argument("--stock", required=True, type=int)
+        parser.add_argument("--start", required=True, help="ISO-8601 or +SECONDS")
+        parser.add_argument("--end", required=True, help="ISO-8601 or +SECONDS")
+        parser.add_argument("--per-user-limit", type=int, default=1)
+        parser.add_argument("--shards", type=int, default=1)
+        parser.add_argument("--safety-stock", type=int, default=0)
+        parser.add_argument("--pay-timeout", type=int, default=None, help="seconds to pay (default 900)")
+        parser.add_argument("--warmup", action="store_true", help="load the stock into Redis now")
+
+    def handle(self, *args, **o):
+        now = timezone.now()
+        if o["stock"] < 1:
+            raise CommandError("--stock must be at least 1")
+        product, _ = Product.objects.get_or_create(name=o["product_name"], defaults={"list_price": _money(o["price"])})
+        try:
+            activity = activity_create(
+                title=o["title"],
+                product=product,
+                seckill_price=_money(o["seckill_price"]),
+                start_at=parse_when(o["start"], now=now),
+                end_at=parse_when(o["end"], now=now),
+                total_stock=o["stock"],
+                per_user_limit=o["per_user_limit"],
+                shards=o["shards"],
+                safety_stock=o["safety_stock"],
+                pay_timeout=o["pay_timeout"],
+            )
+        except ValidationError as exc:
+            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from exc
+        result = {"id": activity.pk}
+        if o["warmup"]:
+            try:
+                result["warmup"] = activity_warmup(activity_id=activity.pk).as_dict()
+            except WarmupError as exc:
+                raise CommandError(str(exc)) from exc
+        self.stdout.write(json.dumps(result))

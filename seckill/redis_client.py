@@ -1,0 +1,28 @@
+"""The Redis connection of the stock engine (the Lua scripts).
+
+Kept apart from Django's cache so that its URL (``SECKILL_REDIS_URL``), timeouts and
+pool can be set for the purchase path alone.
+"""
+
+from functools import lru_cache
+
+import redis
+from django.conf import settings
+
+
+@lru_cache(maxsize=1)
+def stock_redis() -> redis.Redis:
+    # redis-py's pool notices a fork and reconnects, so one client per process is safe
+    # under gunicorn's pre-fork model and Celery's prefork pool.
+    return redis.Redis.from_url(
+        settings.SECKILL_REDIS_URL,
+        socket_connect_timeout=1,
+        socket_timeout=2,
+        health_check_interval=30,
+        max_connections=200,
+    )
+
+
+def reset_stock_redis() -> None:
+    """Forget the client (tests point the settings at another Redis)."""
+    stock_redis.cache_clear()

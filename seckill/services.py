@@ -1,0 +1,362 @@
+"""Writes of the flash sale: activities, warm-up, the purchase itself, replay and close."""
+
+import logging
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import redis
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.utils import timezone
+
+from inventory.models import Product, SeckillStock
+from inventory.services import stock_create, stock_set_total
+from orders.models import AnomalyOrder, Order
+
+from .errors import ApiError
+from .keys import ActivityKeys
+from .models import Activity
+from .redis_client import stock_redis
+from .reservations import reservation_attempt, reservation_release, reservations_pending
+from .scripts import LogEntry, ScriptCode, run_purchase, run_snapshot, run_warmup
+from .selectors import ActivitySnapshot, activity_snapshot_forget
+
+logger = logging.getLogger(__name__)
+
+
+# --- activities ---------------------------------------------------------------
+
+
+def activity_create(
+    *,
+    title: str,
+    product: Product,
+    seckill_price: Decimal,
+    start_at: datetime,
+    end_at: datetime,
+    total_stock: int,
+    per_user_limit: int = 1,
+    shards: int = 1,
+    safety_stock: int = 0,
+    pay_timeout: int | None = None,
+) -> Activity:
+    """Create an activity together with its database stock row."""
+    activity = Activity(
+        title=title,
+        product=product,
+        seckill_price=seckill_price,
+        start_at=start_at,
+        end_at=end_at,
+        total_stock=total_stock,
+        per_user_limit=per_user_limit,
+        shards=shards,
+        safety_stock=safety_stock,
+        pay_timeout=pay_timeout if pay_timeout is not None else settings.SECKILL_DEFAULT_PAY_TIMEOUT,
+    )
+    activity.full_clean()
+    with transaction.atomic():
+        activity.save()
+        stock_create(activity_id=activity.pk, total=total_stock)
+    return activity
+
+
+def activity_save(*, activity: Activity) -> Activity:
+    """Save an activity edited in admin and keep its stock row in step.
+
+    The total may change only while nothing is sold (enforced by the stock service).
+    """
+    with transaction.atomic():
+        activity.save()
+        stock = SeckillStock.objects.filter(activity_id=activity.pk).first()
+        if stock is None:
+            stock_create(activity_id=activity.pk, total=activity.total_stock)
+        elif stock.total != activity.total_stock:
+            stock_set_total(activity_id=activity.pk, total=activity.total_stock)
+    activity_snapshot_forget(activity.pk)
+    return activity
+
+
+def activity_token_ensure(*, activity_id: int, now: datetime | None = None) -> str | None:
+    """Create the purchase token once the activity has started; None before the start.
+
+    A conditional UPDATE, so concurrent callers (the start task, beat, a web process
+    noticing the start first) agree on one token.
+    """
+    now = now or timezone.now()
+    Activity.objects.filter(pk=activity_id, purchase_token__isnull=True, start_at__lte=now).update(
+        purchase_token=secrets.token_urlsafe(24)
+    )
+    activity_snapshot_forget(activity_id)
+    return Activity.objects.filter(pk=activity_id, start_at__lte=now).values_list("purchase_token", flat=True).first()
+
+
+# --- warm-up ------------------------------------------------------------------
+
+
+class WarmupError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class WarmupResult:
+    activity_id: int
+    written: bool  # False: the stock was already there and left alone
+    remaining: int
+    loaded: int
+    db_total: int
+    db_available: int
+    unordered_units: int
+    participants: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
+    """Load an activity's stock into Redis and check what was written.
+
+    The stock is always derived: the database's available units, less the safety
+    stock, less the reservations still in the log without an order. Before the start
+    that is ``total - safety``; after a Redis restart it is what is really left.
+    Participants (live orders and logged reservations) are restored first, so nobody
+    can buy twice. A live activity's existing stock is kept unless ``force``.
+    """
+    activity = Activity.objects.get(pk=activity_id)
+    if activity.status == Activity.Status.ENDED:
+        raise WarmupError(f"activity {activity_id} has ended and been cleaned up; it cannot be warmed")
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    current = client.get(keys.stock)
+    started = timezone.now() >= activity.start_at
+    if current is not None and started and not force:
+        raise WarmupError(
+            f"activity {activity_id} is live and its stock is in Redis ({int(current)} left); "
+            "use --force (the admin action 'force re-warm') to re-derive it from the database"
+        )
+
+    snapshot = run_snapshot(client, keys)
+    log_ids = [e.reservation_id for e in snapshot.log]
+    ordered = set(
+        Order.objects.filter(activity_id=activity_id, reservation_id__in=log_ids).values_list(
+            "reservation_id", flat=True
+        )
+    )
+    unordered = [e for e in snapshot.log if e.reservation_id not in ordered]
+    unordered_units = sum(e.quantity for e in unordered)
+    stock = SeckillStock.objects.get(activity_id=activity_id)
+    if stock.total != activity.total_stock:
+        raise WarmupError(f"database stock total {stock.total} differs from the activity's {activity.total_stock}")
+    remaining = stock.available - activity.safety_stock - unordered_units
+    if remaining < 0:
+        raise WarmupError(
+            f"cannot warm: database available {stock.available} - safety {activity.safety_stock} "
+            f"- unordered reservations {unordered_units} is negative; reconcile first"
+        )
+
+    participants = dict(
+        Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES).values_list(
+            "user_id", "reservation_id"
+        )
+    )
+    participants.update({e.user_id: e.reservation_id for e in unordered})
+    items = list(participants.items())
+    for i in range(0, len(items), 1000):
+        client.hset(keys.users, mapping=dict(items[i : i + 1000]))
+
+    overwrite = force or (current is not None and not started)
+    written, _ = run_warmup(client, keys, remaining=remaining, loaded=activity.redis_loaded_units, force=overwrite)
+
+    # Read back what Redis holds now and compare it with the database.
+    read_stock, read_loaded = client.mget([keys.stock, keys.loaded])
+    if written and (int(read_stock) != remaining or int(read_loaded) != activity.redis_loaded_units):
+        raise WarmupError(
+            f"read-back mismatch: Redis holds stock={read_stock!r} loaded={read_loaded!r}, "
+            f"expected {remaining} and {activity.redis_loaded_units}"
+        )
+    Activity.objects.filter(pk=activity_id).exclude(status=Activity.Status.ENDED).update(
+        status=Activity.Status.WARMED, warmed_at=timezone.now()
+    )
+    activity_snapshot_forget(activity_id)
+    return WarmupResult(
+        activity_id=activity_id,
+        written=bool(written),
+        remaining=int(read_stock),
+        loaded=int(read_loaded),
+        db_total=stock.total,
+        db_available=stock.available,
+        unordered_units=unordered_units,
+        participants=len(participants),
+    )
+
+
+# --- the purchase ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reserved:
+    reservation_id: str
+    remaining: int
+
+
+def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
+    """Gate 2: the atomic Lua script; then hand the reservation to a Celery worker.
+
+    The caller has run gate 1 (input, time window, token). Raises ApiError otherwise.
+    """
+    try:
+        reply = run_purchase(
+            stock_redis(), activity.keys, user_id=user_id, quantity=quantity, limit=activity.per_user_limit
+        )
+    except redis.RedisError as exc:
+        logger.warning("purchase: Redis unavailable for activity %s: %s", activity.id, exc)
+        raise ApiError(503, "busy", "The sale is busy; please try again in a moment.", retry_after=2) from exc
+
+    if reply.code == ScriptCode.RESERVED:
+        _enqueue_order(activity.id, LogEntry(reply.reservation_id, user_id, quantity, 0))
+        return Reserved(reply.reservation_id, reply.remaining)
+    if reply.code == ScriptCode.DUPLICATE:
+        raise ApiError(409, "duplicate", "You have already taken part in this sale.")
+    if reply.code == ScriptCode.SOLD_OUT:
+        raise ApiError(410, "sold_out", "Sold out.")
+    if reply.code == ScriptCode.NOT_WARMED:
+        logger.error("purchase: activity %s is live but not warmed", activity.id)
+        raise ApiError(503, "busy", "The sale is not ready yet; please try again in a moment.", retry_after=2)
+    raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
+
+
+def _enqueue_order(activity_id: int, entry: LogEntry) -> None:
+    """Fire and forget: if the broker is down the reservation log still holds the
+    reservation and the replay creates the order."""
+    from orders.tasks import order_create_task
+
+    try:
+        order_create_task.apply_async(
+            args=[activity_id, entry.reservation_id, entry.user_id, entry.quantity, entry.shard]
+        )
+    except Exception as exc:  # any broker failure; the replay is the safety net
+        logger.warning(
+            "purchase: enqueue failed for %s/%s, the replay will create it: %s", activity_id, entry.reservation_id, exc
+        )
+
+
+# --- replay and close -------------------------------------------------------------
+
+
+@dataclass
+class ReplayOutcome:
+    activity_id: int
+    seen: int = 0
+    created: int = 0
+    already_done: int = 0
+    released: int = 0
+
+
+def reservations_replay(*, activity_id: int, grace_seconds: float | None = None) -> ReplayOutcome:
+    """Create the orders of reservations older than the grace period that have none.
+
+    Poison reservations (that fail for a reason other than the database being away)
+    are retried up to SECKILL_REPLAY_MAX_ATTEMPTS times, then their stock is returned
+    and an anomaly opened. A database outage counts no attempt: the orders appear
+    when it returns.
+    """
+    from orders.services import anomaly_open, orders_create_from_reservations
+
+    grace = settings.SECKILL_REPLAY_GRACE if grace_seconds is None else grace_seconds
+    cutoff_ms = int((time.time() - grace) * 1000)
+    outcome = ReplayOutcome(activity_id)
+    batch_size = settings.SECKILL_ORDER_BATCH_SIZE
+    after = None
+    while True:
+        batch = reservations_pending(activity_id=activity_id, after=after, older_than_ms=cutoff_ms, count=batch_size)
+        if not batch:
+            break
+        after = batch[-1].reservation_id
+        outcome.seen += len(batch)
+        try:
+            result = orders_create_from_reservations(activity_id=activity_id, entries=batch)
+        except (OperationalError, InterfaceError):
+            raise  # the database is away: try again later, count nothing
+        except DatabaseError:
+            result = None
+        if result is not None:
+            outcome.created += len(result.created)
+            outcome.already_done += len(result.already_done)
+            outcome.released += len(result.released)
+            continue
+        for entry in batch:  # find the poison entries one by one
+            try:
+                single = orders_create_from_reservations(activity_id=activity_id, entries=[entry])
+                outcome.created += len(single.created)
+                outcome.already_done += len(single.already_done)
+                outcome.released += len(single.released)
+            except (OperationalError, InterfaceError):
+                raise
+            except DatabaseError as exc:
+                attempts = reservation_attempt(activity_id=activity_id, reservation_id=entry.reservation_id)
+                logger.warning("replay: reservation %s failed (attempt %s): %s", entry.reservation_id, attempts, exc)
+                if attempts >= settings.SECKILL_REPLAY_MAX_ATTEMPTS:
+                    anomaly_open(
+                        kind=AnomalyOrder.Kind.REPLAY_EXHAUSTED,
+                        activity_id=activity_id,
+                        entry=entry,
+                        details={"quantity": entry.quantity, "error": str(exc)[:500], "attempts": attempts},
+                    )
+                    reservation_release(
+                        activity_id=activity_id, entry=entry, free_participant=True, reason="replay_exhausted"
+                    )
+                    outcome.released += 1
+    return outcome
+
+
+def reservations_drain(*, activity_id: int) -> ReplayOutcome:
+    """Replay everything in the log now, whatever its age (used when closing)."""
+    return reservations_replay(activity_id=activity_id, grace_seconds=-1)
+
+
+def activity_stop_selling(*, activity_id: int) -> None:
+    """End the sale now: web processes refuse purchases within their cache lifetime."""
+    now = timezone.now()
+    Activity.objects.filter(pk=activity_id, end_at__gt=now).update(end_at=now)
+    activity_snapshot_forget(activity_id)
+
+
+def activity_close(*, activity_id: int) -> dict:
+    """After the end: turn every reservation into an order, reconcile, remove the keys.
+
+    The keys are removed only when the log is empty, so no reservation is lost.
+    """
+    from .reconciliation import reconcile
+
+    activity = Activity.objects.get(pk=activity_id)
+    # Web processes may act on their cached copy of the activity for one cache lifetime.
+    settled_at = activity.end_at + timedelta(seconds=settings.SECKILL_ACTIVITY_CACHE_TTL + 1)
+    if timezone.now() < settled_at:
+        raise WarmupError(f"activity {activity_id} has not ended (or ended less than a moment ago); try again later")
+    replay = reservations_drain(activity_id=activity_id)
+    report = reconcile(activity_id=activity_id)
+    keys = ActivityKeys(activity_id)
+    client = stock_redis()
+    if client.xlen(keys.log):
+        raise WarmupError(f"activity {activity_id}: reservations still without orders; keys kept, try again")
+    client.unlink(*keys.all())
+    Activity.objects.filter(pk=activity_id).update(status=Activity.Status.ENDED)
+    activity_snapshot_forget(activity_id)
+    return {"replay": asdict(replay), "reconciliation": report}
+
+
+def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:
+    """What the flag (JSON and flag.js) says: started?, ended?, and the token from the start."""
+    phase = activity.phase_at(now)
+    token = None
+    if phase == Activity.Phase.LIVE:
+        token = activity.purchase_token or activity_token_ensure(activity_id=activity.id, now=now)
+    return {
+        "started": phase != Activity.Phase.UPCOMING,
+        "ended": phase == Activity.Phase.ENDED,
+        "token": token,
+        "server_time": now,
+        "start_at": activity.start_at,
+        "end_at": activity.end_at,
+    }

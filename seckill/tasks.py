@@ -1,0 +1,80 @@
+"""Periodic safety nets (beat) and scheduled steps of an activity's life."""
+
+import logging
+from datetime import timedelta
+
+import redis
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from .models import Activity
+from .selectors import redis_remaining
+from .services import (
+    WarmupError,
+    activity_close,
+    activity_token_ensure,
+    activity_warmup,
+    reservations_replay,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task
+def reservations_replay_task() -> dict:
+    """Create the orders of reservations still without one after the grace period."""
+    results = {}
+    for activity_id in Activity.objects.filter(status=Activity.Status.WARMED).values_list("pk", flat=True):
+        outcome = reservations_replay(activity_id=activity_id)
+        if outcome.seen:
+            logger.info("replay: %s", outcome)
+        results[activity_id] = outcome.created
+    return results
+
+
+@shared_task
+def activities_start_task() -> None:
+    """Create the purchase token of activities that have started (safety net for the
+    web processes, which also create it on the first request after the start)."""
+    now = timezone.now()
+    due = Activity.objects.filter(purchase_token__isnull=True, start_at__lte=now, end_at__gt=now)
+    for activity_id in due.values_list("pk", flat=True):
+        activity_token_ensure(activity_id=activity_id, now=now)
+
+
+@shared_task
+def activities_autowarm_task() -> None:
+    """Warm activities about to start, and re-warm live ones whose Redis stock vanished
+    (a Redis restarted empty): derived from the database and the log, never from total."""
+    now = timezone.now()
+    lead = timedelta(seconds=settings.SECKILL_AUTO_WARMUP_LEAD)
+    candidates = Activity.objects.filter(start_at__lte=now + lead, end_at__gt=now).exclude(status=Activity.Status.ENDED)
+    for activity in candidates.only("pk", "status"):
+        try:
+            if activity.status == Activity.Status.SCHEDULED or redis_remaining(activity.pk) is None:
+                result = activity_warmup(activity_id=activity.pk, force=True)
+                logger.warning("auto warm-up: %s", result)
+        except (WarmupError, redis.RedisError) as exc:
+            logger.error("auto warm-up of activity %s failed: %s", activity.pk, exc)
+
+
+@shared_task
+def activities_close_task() -> None:
+    """Close activities past their end: drain the log, reconcile, remove Redis keys."""
+    now = timezone.now()
+    for activity_id in Activity.objects.filter(status=Activity.Status.WARMED, end_at__lte=now).values_list(
+        "pk", flat=True
+    ):
+        try:
+            activity_close(activity_id=activity_id)
+        except (WarmupError, redis.RedisError) as exc:
+            logger.error("closing activity %s failed, will retry: %s", activity_id, exc)
+
+
+@shared_task(bind=True, max_retries=10, default_retry_delay=3)
+def activity_close_task(self, activity_id: int) -> dict:
+    try:
+        return activity_close(activity_id=activity_id)
+    except (WarmupError, redis.RedisError) as exc:
+        raise self.retry(exc=exc) from exc
