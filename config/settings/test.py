@@ -20,3 +20,27 @@ DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Tests want quick replays; each test that needs one sets its own grace.
 SECKILL_REPLAY_GRACE = 2
 SECKILL_ACTIVITY_CACHE_TTL = 0.0
+
+# --- isolation ------------------------------------------------------------------
+# The suite owns two Redis databases (stock/cache and broker) and flushes them per
+# test; processes the tests start (gunicorn, Celery workers) inherit the same numbers
+# and are pointed at the test database through SECKILL_TEST_DATABASE_NAME.
+SECKILL_TEST_REDIS_DB = env.int("SECKILL_TEST_REDIS_DB", default=9)
+
+
+def _redis_db(url: str, db: int) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+REDIS_URL = _redis_db(REDIS_URL, SECKILL_TEST_REDIS_DB)  # noqa: F405
+SECKILL_REDIS_URL = REDIS_URL
+CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
+_broker = env("CELERY_BROKER_URL", default="")
+# A RabbitMQ broker is used as given; a Redis broker gets its own test database.
+CELERY_BROKER_URL = _broker if _broker.startswith("amqp") else _redis_db(_broker or REDIS_URL, SECKILL_TEST_REDIS_DB + 1)
+_test_db_name = env("SECKILL_TEST_DATABASE_NAME", default="")
+if _test_db_name:
+    DATABASES["default"]["NAME"] = _test_db_name

@@ -1,0 +1,65 @@
+"""Fixtures shared by the whole suite: real PostgreSQL and Redis (embedded unless the
+environment names them), a clean pair of Redis databases per test, real processes."""
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from seckill import selectors
+from seckill.authentication import token_cache_clear
+from seckill.redis_client import reset_stock_redis, stock_redis
+
+from .helpers import start_celery_worker, start_gunicorn
+
+
+@pytest.fixture(autouse=True)
+def clean_redis():
+    """Each test starts with empty Redis databases (stock/cache and broker) and empty
+    in-process caches."""
+    reset_stock_redis()
+    stock_redis().flushdb()
+    if settings.CELERY_BROKER_URL.startswith("redis"):
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    selectors.activity_snapshot_forget()
+    token_cache_clear()
+    yield
+    selectors.activity_snapshot_forget()
+
+
+@pytest.fixture(autouse=True)
+def no_redis_inside_transactions(request, monkeypatch):
+    """Fail any Redis call made while the code holds a database transaction open: the
+    purchase path must never hold a transaction while it talks to Redis (Sentry's rule).
+    The test's own wrapping transaction (for non-transactional tests) is the baseline."""
+    baseline = len(connection.atomic_blocks)
+    original = redis.Redis.execute_command
+
+    def guarded(self, *args, **kwargs):
+        if len(connection.atomic_blocks) > baseline:
+            raise AssertionError(f"Redis command {args[0]!r} issued inside a database transaction")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", guarded)
+    yield
+
+
+@pytest.fixture
+def process_logs(tmp_path):
+    return tmp_path
+
+
+@pytest.fixture
+def celery_worker(transactional_db, process_logs):
+    """A real Celery worker process on the test database and broker."""
+    worker = start_celery_worker(process_logs)
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def web_server(transactional_db, process_logs):
+    """gunicorn serving the project on the test database; yields its base URL."""
+    process, base = start_gunicorn(process_logs, workers=2, threads=8)
+    yield base
+    process.stop()

@@ -1,0 +1,123 @@
+"""Shared test helpers: waiting with a deadline, and real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def wait_until(predicate: Callable[[], object], *, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> object:
+    """Poll until predicate() is truthy; fail the test at the deadline (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate} (last value {last!r})")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a process that must see what the test sees: the test
+    database, the same Redis databases, the test settings."""
+    from django.db import connection
+
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings.test"
+    env["SECKILL_TEST_DATABASE_NAME"] = connection.settings_dict["NAME"]
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+class Process:
+    """A real child process (gunicorn, a Celery worker) with its log kept for failures."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
+        self.name, self.argv, self.env = name, argv, env
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Process:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log = log
+        self.proc = subprocess.Popen(self.argv, cwd=BASE_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: a crash, not a shutdown."""
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+
+def start_celery_worker(log_dir: Path, *, name: str = "worker", concurrency: int = 2, env: dict | None = None) -> Process:
+    """A real Celery worker process on the test broker and database; returns once it is ready."""
+    hostname = f"{name}-{os.getpid()}-{time.monotonic_ns()}@%h"
+    argv = [
+        str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", str(concurrency),
+        "--hostname", hostname, "--without-gossip", "--without-mingle", "--pool", "prefork",
+    ]
+    process = Process(name, argv, env or subprocess_env(), log_dir).start()
+    wait_until(lambda: "ready." in process.log() or not process.alive(), timeout=60, what=f"{name} to be ready")
+    assert process.alive(), f"{name} died:\n{process.log()[-3000:]}"
+    return process
+
+
+def start_gunicorn(log_dir: Path, *, workers: int = 2, threads: int = 1, env: dict | None = None) -> tuple[Process, str]:
+    """The real WSGI server on a free port; returns (process, base URL) once it answers."""
+    import urllib.request
+
+    port = free_port()
+    argv = [
+        str(BIN / "gunicorn"), "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
+        "--workers", str(workers), "--threads", str(threads), "--backlog", "2048", "--timeout", "60",
+    ]
+    process = Process("gunicorn", argv, env or subprocess_env(), log_dir).start()
+    base = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        if not process.alive():
+            return True
+        try:
+            with urllib.request.urlopen(f"{base}/api/activities/", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    wait_until(answers, timeout=60, what="gunicorn to answer")
+    assert process.alive(), f"gunicorn died:\n{process.log()[-3000:]}"
+    return process, base
