@@ -15,6 +15,8 @@ api = [
     path("activities/<int:activity_id>/result", seckill_apis.ResultApi.as_view(), name="activity-result"),
     path("orders/", order_apis.OrderListApi.as_view(), name="order-list"),
     path("orders/<str:order_no>/", order_apis.OrderDetailApi.as_view(), name="order-detail"),
+    path("orders/<str:order_no>/pay", order_apis.OrderPayApi.as_view(), name="order-pay"),
+    path("orders/<str:order_no>/cancel", order_apis.OrderCancelApi.as_view(), name="order-cancel"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]

@@ -1,8 +1,14 @@
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework.generics import ListAPIView, RetrieveAPIView
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from seckill.errors import ApiError
 
 from .models import Order
 from .serializers import OrderSerializer
+from .services import OrderNotCancellable, OrderNotPayable, order_cancel, order_pay
 
 
 class OrderListApi(ListAPIView):
@@ -20,3 +26,27 @@ class OrderDetailApi(RetrieveAPIView):
     def get_queryset(self):
         # Someone else's order is simply not found.
         return Order.objects.filter(user_id=self.request.user.pk)
+
+
+class OrderPayApi(APIView):
+    """Pays directly (the API's stand-in for a gateway); idempotent for a paid order."""
+
+    @extend_schema(request=None, responses={200: None, 404: None, 409: None})
+    def post(self, request, order_no: str):
+        order = get_object_or_404(Order, order_no=order_no, user_id=request.user.pk)
+        try:
+            order = order_pay(order=order)
+        except OrderNotPayable as exc:
+            raise ApiError(409, "not_payable", str(exc)) from exc
+        return Response({"status": order.status})
+
+
+class OrderCancelApi(APIView):
+    @extend_schema(request=None, responses={200: None, 404: None, 409: None})
+    def post(self, request, order_no: str):
+        order = get_object_or_404(Order, order_no=order_no, user_id=request.user.pk)
+        try:
+            order = order_cancel(order=order, reason="shopper")
+        except OrderNotCancellable as exc:
+            raise ApiError(409, "not_cancellable", str(exc)) from exc
+        return Response({"status": order.status})

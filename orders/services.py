@@ -7,9 +7,9 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from inventory.services import InsufficientStock, stock_deduct
+from inventory.services import InsufficientStock, stock_deduct, stock_return
 from seckill.models import Activity
-from seckill.reservations import reservation_release, reservations_acknowledge
+from seckill.reservations import order_units_return, reservation_release, reservations_acknowledge
 from seckill.scripts import LogEntry
 
 from .models import AnomalyOrder, Order
@@ -160,3 +160,66 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
             outcome.released.append(entry.reservation_id)
     reservations_acknowledge(activity_id=activity_id, reservation_ids=outcome.created + outcome.already_done)
     return outcome
+
+
+# --- pay and cancel -------------------------------------------------------------
+# Every transition is a conditional UPDATE on the current status, so a payment and a
+# timeout arriving together end in exactly one outcome, and stock moves exactly once.
+
+
+class OrderNotPayable(Exception):
+    pass
+
+
+class OrderNotCancellable(Exception):
+    pass
+
+
+def order_pay(*, order: Order, now=None) -> Order:
+    """pending -> paid before the deadline; paying a paid order again is a no-op."""
+    now = now or timezone.now()
+    updated = Order.objects.filter(pk=order.pk, status=Order.Status.PENDING, pay_deadline__gt=now).update(
+        status=Order.Status.PAID, paid_at=now
+    )
+    order.refresh_from_db()
+    if not updated and order.status != Order.Status.PAID:
+        raise OrderNotPayable(
+            f"order {order.order_no} is {order.status}"
+            + (" and past its deadline" if order.pay_deadline <= now else "")
+        )
+    return order
+
+
+def order_cancel(*, order: Order, reason: str, now=None) -> Order:
+    """pending -> cancelled; the units go back to the database and to Redis, once.
+
+    The database part commits first; the Redis part runs after the commit (never inside
+    the transaction). If Redis is away then, reconciliation returns the units later.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        updated = Order.objects.filter(pk=order.pk, status=Order.Status.PENDING).update(
+            status=Order.Status.CANCELLED, cancel_reason=reason, cancelled_at=now
+        )
+        order.refresh_from_db()
+        if not updated:
+            if order.status == Order.Status.CANCELLED:
+                return order
+            raise OrderNotCancellable(f"order {order.order_no} is {order.status}")
+        stock_return(activity_id=order.activity_id, orders=[order], reason=f"order_cancelled:{reason}")
+        transaction.on_commit(lambda: order_units_return_safely(order=order))
+    return order
+
+
+def order_units_return_safely(*, order: Order) -> bool:
+    try:
+        return order_units_return(
+            activity_id=order.activity_id,
+            order_no=order.order_no,
+            quantity=order.quantity,
+            user_id=order.user_id,
+            reservation_id=order.reservation_id,
+        )
+    except Exception as exc:  # Redis away: reconciliation finds the cancelled order not yet returned
+        logger.warning("cancel: Redis return of %s deferred to reconciliation: %s", order.order_no, exc)
+        return False

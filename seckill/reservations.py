@@ -5,7 +5,7 @@ from collections.abc import Iterable
 
 from .keys import ActivityKeys
 from .redis_client import stock_redis
-from .scripts import LogEntry, parse_log_entry, run_release
+from .scripts import LogEntry, parse_log_entry, run_release, run_return
 
 
 def reservations_pending(
@@ -53,3 +53,15 @@ def reservation_release(*, activity_id: int, entry: LogEntry, free_participant: 
     if released:
         stock_redis().hdel(ActivityKeys(activity_id).attempts, entry.reservation_id)
     return released
+
+
+def order_units_return(*, activity_id: int, order_no: str, quantity: int, user_id: int, reservation_id: str) -> bool:
+    """Put a cancelled order's units back in Redis and free the shopper; once per order."""
+    return run_return(
+        stock_redis(),
+        ActivityKeys(activity_id),
+        order_no=order_no,
+        quantity=quantity,
+        user_id=user_id,
+        reservation_id=reservation_id,
+    )

@@ -21,6 +21,7 @@ PURCHASE = _load("purchase")
 RELEASE = _load("release")
 WARMUP = _load("warmup")
 SNAPSHOT = _load("snapshot")
+RETURN = _load("return")
 
 
 class ScriptCode:
@@ -65,6 +66,15 @@ def run_release(
         client=client,
     )
     return bool(released)
+
+
+def run_return(
+    client: redis.Redis, keys: ActivityKeys, *, order_no: str, quantity: int, user_id: int, reservation_id: str
+) -> bool:
+    returned = RETURN(
+        keys=[keys.stock, keys.users, keys.returned], args=[order_no, quantity, user_id, reservation_id], client=client
+    )
+    return bool(returned)
 
 
 def run_warmup(

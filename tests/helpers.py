@@ -15,7 +15,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
-def wait_until(predicate: Callable[[], object], *, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> object:
+def wait_until(
+    predicate: Callable[[], object], *, timeout: float = 30.0, interval: float = 0.05, what: str = ""
+) -> object:
     """Poll until predicate() is truthy; fail the test at the deadline (never a fixed sleep)."""
     deadline = time.monotonic() + timeout
     last = None
@@ -55,9 +57,11 @@ class Process:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Process:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        log = open(self.log_path, "ab")
         self._log = log
-        self.proc = subprocess.Popen(self.argv, cwd=BASE_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv, cwd=BASE_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         return self
 
     def log(self) -> str:
@@ -84,12 +88,26 @@ class Process:
             self._log.close()
 
 
-def start_celery_worker(log_dir: Path, *, name: str = "worker", concurrency: int = 2, env: dict | None = None) -> Process:
+def start_celery_worker(
+    log_dir: Path, *, name: str = "worker", concurrency: int = 2, env: dict | None = None
+) -> Process:
     """A real Celery worker process on the test broker and database; returns once it is ready."""
     hostname = f"{name}-{os.getpid()}-{time.monotonic_ns()}@%h"
     argv = [
-        str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", str(concurrency),
-        "--hostname", hostname, "--without-gossip", "--without-mingle", "--pool", "prefork",
+        str(BIN / "celery"),
+        "-A",
+        "config",
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--concurrency",
+        str(concurrency),
+        "--hostname",
+        hostname,
+        "--without-gossip",
+        "--without-mingle",
+        "--pool",
+        "prefork",
     ]
     process = Process(name, argv, env or subprocess_env(), log_dir).start()
     wait_until(lambda: "ready." in process.log() or not process.alive(), timeout=60, what=f"{name} to be ready")
@@ -97,14 +115,26 @@ def start_celery_worker(log_dir: Path, *, name: str = "worker", concurrency: int
     return process
 
 
-def start_gunicorn(log_dir: Path, *, workers: int = 2, threads: int = 1, env: dict | None = None) -> tuple[Process, str]:
+def start_gunicorn(
+    log_dir: Path, *, workers: int = 2, threads: int = 1, env: dict | None = None
+) -> tuple[Process, str]:
     """The real WSGI server on a free port; returns (process, base URL) once it answers."""
     import urllib.request
 
     port = free_port()
     argv = [
-        str(BIN / "gunicorn"), "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
-        "--workers", str(workers), "--threads", str(threads), "--backlog", "2048", "--timeout", "60",
+        str(BIN / "gunicorn"),
+        "config.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+        "--backlog",
+        "2048",
+        "--timeout",
+        "60",
     ]
     process = Process("gunicorn", argv, env or subprocess_env(), log_dir).start()
     base = f"http://127.0.0.1:{port}"

@@ -40,7 +40,9 @@ SECKILL_REDIS_URL = REDIS_URL
 CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
 _broker = env("CELERY_BROKER_URL", default="")
 # A RabbitMQ broker is used as given; a Redis broker gets its own test database.
-CELERY_BROKER_URL = _broker if _broker.startswith("amqp") else _redis_db(_broker or REDIS_URL, SECKILL_TEST_REDIS_DB + 1)
+CELERY_BROKER_URL = (
+    _broker if _broker.startswith("amqp") else _redis_db(_broker or REDIS_URL, SECKILL_TEST_REDIS_DB + 1)
+)
 _test_db_name = env("SECKILL_TEST_DATABASE_NAME", default="")
 if _test_db_name:
     DATABASES["default"]["NAME"] = _test_db_name

@@ -57,7 +57,10 @@ def _assert_settled(activity, expected_units):
     assert redis_remaining(activity.pk) == 0
     assert SeckillStock.objects.get(activity=activity).available == 0
     assert not AnomalyOrder.objects.filter(activity=activity).exists()
-    assert StockMovement.objects.filter(activity=activity, kind="deduct").aggregate(u=Sum("quantity"))["u"] == expected_units
+    assert (
+        StockMovement.objects.filter(activity=activity, kind="deduct").aggregate(u=Sum("quantity"))["u"]
+        == expected_units
+    )
     report = reconcile(activity_id=activity.pk)
     assert report["identity_ok"], report
     assert report["reserved_not_ordered"] == 0
