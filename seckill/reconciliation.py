@@ -13,6 +13,7 @@ from inventory.models import SeckillStock, StockMovement
 from orders.models import Order
 
 from .keys import ActivityKeys
+from .metrics import reconcile_observe
 from .redis_client import stock_redis
 from .scripts import RedisSnapshot, run_snapshot
 
@@ -100,6 +101,7 @@ def reconcile(*, activity_id: int) -> dict:
         "identity_ok": db_ok and redis_ok is not False,
         "checked_at": timezone.now().isoformat(),
     }
+    reconcile_observe(report)
     if not report["identity_ok"]:
         logger.warning("seckill.reconcile.drift activity=%s report=%s", activity_id, report)
     return report

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.request_log.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -38,6 +39,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "seckill.metrics.PurchaseOutcomeMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -152,6 +154,8 @@ CELERY_TASK_PUBLISH_RETRY = True
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.1, "interval_max": 0.2}
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 2, "visibility_timeout": 3600}
 CELERY_TIMEZONE = TIME_ZONE
+# One queue name per deployment (or per test run on a shared RabbitMQ).
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".local" / "celerybeat-schedule")
 
 # --- The flash sale ---------------------------------------------------------------
@@ -172,11 +176,30 @@ SECKILL_DEFAULT_PAY_TIMEOUT = env.int("SECKILL_DEFAULT_PAY_TIMEOUT", default=15 
 # Warm-up happens automatically this many seconds before the start (beat).
 SECKILL_AUTO_WARMUP_LEAD = env.int("SECKILL_AUTO_WARMUP_LEAD", default=300)
 
+# Redis circuit breaker: consecutive failures that open it, seconds before one probe.
+SECKILL_BREAKER_FAILURES = env.int("SECKILL_BREAKER_FAILURES", default=3)
+SECKILL_BREAKER_RESET = env.float("SECKILL_BREAKER_RESET", default=5.0)
+# Purchases one web process runs on the database path at once while Redis is away;
+# beyond it the answer is 503 busy. Keep processes x cap well under the pool size.
+SECKILL_FALLBACK_CONCURRENCY = env.int("SECKILL_FALLBACK_CONCURRENCY", default=4)
+
+# Logs: every line carries the request id; DJANGO_LOG_FORMAT=json for one JSON object per line.
+LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "config.request_log.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+        "json": {"()": "config.request_log.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
