@@ -167,6 +167,8 @@ SECKILL_REPLAY_GRACE = env.int("SECKILL_REPLAY_GRACE", default=30)
 SECKILL_REPLAY_MAX_ATTEMPTS = env.int("SECKILL_REPLAY_MAX_ATTEMPTS", default=5)
 # How often beat runs the replay (seconds).
 SECKILL_REPLAY_INTERVAL = env.float("SECKILL_REPLAY_INTERVAL", default=10.0)
+# How often beat warms activities about to start and re-warms live ones Redis lost (seconds).
+SECKILL_AUTOWARM_INTERVAL = env.float("SECKILL_AUTOWARM_INTERVAL", default=15.0)
 # Lifetime of a web process's copy of an activity (seconds).
 SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0)
 # Orders created per database transaction by the drain task.
@@ -207,6 +209,6 @@ LOGGING = {
 CELERY_BEAT_SCHEDULE = {
     "seckill-replay": {"task": "seckill.tasks.reservations_replay_task", "schedule": SECKILL_REPLAY_INTERVAL},
     "seckill-start": {"task": "seckill.tasks.activities_start_task", "schedule": 2.0},
-    "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": 15.0},
+    "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": SECKILL_AUTOWARM_INTERVAL},
     "seckill-close": {"task": "seckill.tasks.activities_close_task", "schedule": 30.0},
 }
