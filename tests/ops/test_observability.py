@@ -5,6 +5,7 @@ import json
 import urllib.request
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import REGISTRY
@@ -98,7 +99,7 @@ def test_metrics_add_up_across_gunicorn_workers_and_logs_carry_request_ids(proce
         assert samples[("seckill_script_seconds_count", (("script", "purchase"),))] == 6
         # No worker runs: the three reservations wait in the log and their tasks in the queue.
         assert samples[("seckill_reserved_not_ordered", (("activity", str(activity.pk)),))] == 3
-        assert samples[("seckill_queue_depth", (("queue", "celery"),))] == 3
+        assert samples[("seckill_queue_depth", (("queue", settings.CELERY_TASK_DEFAULT_QUEUE),))] == 3
         assert samples[("seckill_redis_breaker_state", ())] == 0
 
         status, headers, _ = _request(f"{base}/api/activities/999999/", headers={"X-Request-ID": "drill-req-42"})
