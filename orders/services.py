@@ -1,6 +1,7 @@
 """Order writes: creation from reservations (the consumer), and later pay and cancel."""
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -160,6 +161,35 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
             outcome.released.append(entry.reservation_id)
     reservations_acknowledge(activity_id=activity_id, reservation_ids=outcome.created + outcome.already_done)
     return outcome
+
+
+# --- the database path (Redis away) ---------------------------------------------
+
+# Reservation ids of orders made without Redis; log ids look like "1700000000000-0".
+DB_PATH_PREFIX = "db-"
+
+
+class OrderDuplicate(Exception):
+    """The shopper already holds a live order for the activity."""
+
+
+def order_create_direct(*, activity_id: int, user_id: int, quantity: int) -> Order:
+    """A purchase on the database alone: the order insert and the conditional stock
+    update in one transaction, the same two steps the consumer runs. The safety stock
+    is never sold this way.
+
+    Raises InsufficientStock (sold out) or OrderDuplicate; nothing is written then.
+    """
+    activity = Activity.objects.only("pk", "seckill_price", "pay_timeout", "safety_stock").get(pk=activity_id)
+    entry = LogEntry(f"{DB_PATH_PREFIX}{uuid.uuid4().hex[:20]}", user_id, quantity, 0)
+    with transaction.atomic():
+        inserted = _insert_orders(activity, [entry])
+        if not inserted:
+            raise OrderDuplicate(f"user {user_id} already holds a live order for activity {activity_id}")
+        stock_deduct(
+            activity_id=activity_id, orders=inserted, reason="order_created_db_path", keep=activity.safety_stock
+        )
+    return inserted[0]
 
 
 # --- pay and cancel -------------------------------------------------------------

@@ -39,6 +39,11 @@ class CircuitBreaker:
     def state(self) -> str:
         return self._state
 
+    @property
+    def probe_due(self) -> bool:
+        """Open, and the reset time has passed: the next caller will probe Redis."""
+        return self._state == self.OPEN and time.monotonic() >= self._opened_at + self.reset_timeout
+
     def _set(self, state: str) -> None:
         self._state = state
         BREAKER_STATE.set(self._GAUGE[state])

@@ -8,6 +8,8 @@ from django.db import connection
 
 from seckill import selectors
 from seckill.authentication import token_cache_clear
+from seckill.breaker import redis_breaker
+from seckill.fallback import _fallback_slots
 from seckill.redis_client import reset_stock_redis, stock_redis
 
 from .helpers import start_celery_worker, start_gunicorn
@@ -48,6 +50,8 @@ def clean_redis():
     """Each test starts with empty Redis databases (stock/cache and broker) and empty
     in-process caches."""
     reset_stock_redis()
+    redis_breaker.cache_clear()
+    _fallback_slots.cache_clear()
     stock_redis().flushdb()
     if settings.CELERY_BROKER_URL.startswith("redis"):
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()

@@ -85,6 +85,8 @@ CACHES = {
             "CLIENT_CLASS": "django_redis.client.DefaultClient",
             "SOCKET_CONNECT_TIMEOUT": 1,
             "SOCKET_TIMEOUT": 1,
+            # A cache that is down is a miss, not a 500: purchases go on (Redis-down mode).
+            "IGNORE_EXCEPTIONS": True,
         },
     }
 }

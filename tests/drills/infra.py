@@ -95,6 +95,9 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if self._listener is not listener:  # cut while this connection was arriving
+                client.close()
+                return
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
             except OSError:
@@ -121,6 +124,10 @@ class TcpProxy:
 
     def cut(self) -> None:
         if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked in its thread
+            except OSError:
+                pass
             self._listener.close()
             self._listener = None
         with self._lock:
