@@ -142,6 +142,27 @@ class TcpProxy:
     stop = cut
 
 
+class Supervisor:
+    """Restarts a process whenever it exits, as systemd's Restart=always or Kubernetes do."""
+
+    def __init__(self, process: Process):
+        self.process, self.restarts = process, 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.2):
+            if not self.process.alive():
+                self.restarts += 1
+                self.process.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(5)
+        self.process.stop()
+
+
 def start_celery_beat(log_dir: Path, *, env: dict) -> Process:
     argv = [
         str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO",
