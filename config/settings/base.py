@@ -163,6 +163,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".local" / "celerybeat-schedule")
 # --- The flash sale ---------------------------------------------------------------
 # Redis for the stock engine (the Lua scripts); defaults to REDIS_URL.
 SECKILL_REDIS_URL = env("SECKILL_REDIS_URL", default=REDIS_URL)
+# true: SECKILL_REDIS_URL names a node of a Redis Cluster and redis-py's cluster client is used.
+SECKILL_REDIS_CLUSTER = env.bool("SECKILL_REDIS_CLUSTER", default=False)
 # Seconds a reservation may wait for its order before the replay task creates it.
 SECKILL_REPLAY_GRACE = env.int("SECKILL_REPLAY_GRACE", default=30)
 # Replay attempts before the stock is returned and an anomaly opened.

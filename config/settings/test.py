@@ -41,7 +41,8 @@ def _redis_db(url: str, db: int) -> str:
 
 
 REDIS_URL = _redis_db(REDIS_URL, SECKILL_TEST_REDIS_DB)
-SECKILL_REDIS_URL = REDIS_URL
+# A Redis Cluster (tests/cluster) has database 0 only and is named as given.
+SECKILL_REDIS_URL = env("SECKILL_REDIS_URL", default="") if SECKILL_REDIS_CLUSTER else REDIS_URL
 CACHES["default"]["LOCATION"] = REDIS_URL
 _broker = env("CELERY_BROKER_URL", default="")
 # A RabbitMQ broker is used as given; a Redis broker gets its own test database.
