@@ -63,13 +63,23 @@ def activity_create(
     return activity
 
 
+_SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at"})
+
+
 def activity_save(*, activity: Activity) -> Activity:
     """Save an activity edited in admin and keep its stock row in step.
 
     The total may change only while nothing is sold (enforced by the stock service).
     """
     with transaction.atomic():
-        activity.save()
+        if activity._state.adding:
+            activity.save()
+        else:
+            # The form's copy may be stale: never write back what the system owns.
+            activity.save(update_fields=[f.name for f in Activity._meta.concrete_fields if f.name not in _SYSTEM_FIELDS])
+            if activity.start_at > timezone.now():
+                # The start moved into the future: a token handed out already must not open it early.
+                Activity.objects.filter(pk=activity.pk).update(purchase_token=None)
         stock = SeckillStock.objects.filter(activity_id=activity.pk).first()
         if stock is None:
             stock_create(activity_id=activity.pk, total=activity.total_stock)
