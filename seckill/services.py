@@ -76,7 +76,8 @@ def activity_save(*, activity: Activity) -> Activity:
             activity.save()
         else:
             # The form's copy may be stale: never write back what the system owns.
-            activity.save(update_fields=[f.name for f in Activity._meta.concrete_fields if f.name not in _SYSTEM_FIELDS])
+            editable = [f.name for f in Activity._meta.concrete_fields if f.name not in _SYSTEM_FIELDS]
+            activity.save(update_fields=editable)
             if activity.start_at > timezone.now():
                 # The start moved into the future: a token handed out already must not open it early.
                 Activity.objects.filter(pk=activity.pk).update(purchase_token=None)
