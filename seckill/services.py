@@ -263,6 +263,12 @@ class ReplayOutcome:
     already_done: int = 0
     released: int = 0
 
+    def add(self, batch) -> None:
+        """Count a consumer batch's outcome (orders.services.BatchOutcome)."""
+        self.created += len(batch.created)
+        self.already_done += len(batch.already_done)
+        self.released += len(batch.released)
+
 
 def reservations_replay(*, activity_id: int, grace_seconds: float | None = None) -> ReplayOutcome:
     """Create the orders of reservations older than the grace period that have none.
@@ -292,16 +298,11 @@ def reservations_replay(*, activity_id: int, grace_seconds: float | None = None)
         except DatabaseError:
             result = None
         if result is not None:
-            outcome.created += len(result.created)
-            outcome.already_done += len(result.already_done)
-            outcome.released += len(result.released)
+            outcome.add(result)
             continue
         for entry in batch:  # find the poison entries one by one
             try:
-                single = orders_create_from_reservations(activity_id=activity_id, entries=[entry])
-                outcome.created += len(single.created)
-                outcome.already_done += len(single.already_done)
-                outcome.released += len(single.released)
+                outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=[entry]))
             except (OperationalError, InterfaceError):
                 raise
             except DatabaseError as exc:
