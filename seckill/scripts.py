@@ -77,13 +77,14 @@ def run_return(
     return bool(returned)
 
 
-def run_warmup(
-    client: redis.Redis, keys: ActivityKeys, *, remaining: int, loaded: int, force: bool
-) -> tuple[bool, int]:
-    written, value = WARMUP(
-        keys=[keys.stock, keys.loaded], args=[remaining, loaded, "1" if force else "0"], client=client
+def run_warmup(client: redis.Redis, keys: ActivityKeys, *, remaining: int, loaded: int, expected: int | None) -> bool:
+    """Set the stock if it still is ``expected`` (None: no stock key); True if written."""
+    written = WARMUP(
+        keys=[keys.stock, keys.loaded],
+        args=[remaining, loaded, "" if expected is None else str(expected)],
+        client=client,
     )
-    return bool(written), int(value)
+    return bool(written)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from .keys import ActivityKeys
 from .models import Activity
 from .redis_client import stock_redis
 from .reservations import reservation_attempt, reservation_release, reservations_pending
-from .scripts import LogEntry, ScriptCode, run_purchase, run_snapshot, run_warmup
+from .scripts import LogEntry, ScriptCode, run_purchase, run_warmup
 from .selectors import ActivitySnapshot, activity_snapshot_forget
 
 logger = logging.getLogger(__name__)
@@ -111,10 +111,12 @@ class WarmupError(Exception):
     pass
 
 
+_WARMUP_TRIES = 5
+
+
 @dataclass(frozen=True)
 class WarmupResult:
     activity_id: int
-    written: bool  # False: the stock was already there and left alone
     remaining: int
     loaded: int
     db_total: int
@@ -147,41 +149,45 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
             "use --force (the admin action 'force re-warm') to re-derive it from the database"
         )
 
-    snapshot = run_snapshot(client, keys)
-    log_ids = [e.reservation_id for e in snapshot.log]
-    ordered = set(
-        Order.objects.filter(activity_id=activity_id, reservation_id__in=log_ids).values_list(
-            "reservation_id", flat=True
-        )
-    )
-    unordered = [e for e in snapshot.log if e.reservation_id not in ordered]
-    unordered_units = sum(e.quantity for e in unordered)
-    stock = SeckillStock.objects.get(activity_id=activity_id)
-    if stock.total != activity.total_stock:
-        raise WarmupError(f"database stock total {stock.total} differs from the activity's {activity.total_stock}")
-    remaining = stock.available - activity.safety_stock - unordered_units
-    if remaining < 0:
-        raise WarmupError(
-            f"cannot warm: database available {stock.available} - safety {activity.safety_stock} "
-            f"- unordered reservations {unordered_units} is negative; reconcile first"
-        )
+    from .reconciliation import reconciliation_snapshot
 
-    participants = dict(
-        Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES).values_list(
-            "user_id", "reservation_id"
+    for _ in range(_WARMUP_TRIES):
+        # Redis and the database read as one consistent picture (the reconciliation's).
+        redis_state, db = reconciliation_snapshot(activity_id=activity_id)
+        unordered = [e for e in redis_state.log if e.reservation_id not in db["ordered_log_ids"]]
+        unordered_units = sum(e.quantity for e in unordered)
+        if db["db_total"] != activity.total_stock:
+            raise WarmupError(
+                f"database stock total {db['db_total']} differs from the activity's {activity.total_stock}"
+            )
+        remaining = db["db_available"] - activity.safety_stock - unordered_units
+        if remaining < 0:
+            raise WarmupError(
+                f"cannot warm: database available {db['db_available']} - safety {activity.safety_stock} "
+                f"- unordered reservations {unordered_units} is negative; reconcile first"
+            )
+        participants = dict(
+            Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES).values_list(
+                "user_id", "reservation_id"
+            )
         )
-    )
-    participants.update({e.user_id: e.reservation_id for e in unordered})
-    items = list(participants.items())
-    for i in range(0, len(items), 1000):
-        client.hset(keys.users, mapping=dict(items[i : i + 1000]))
+        participants.update({e.user_id: e.reservation_id for e in unordered})
+        items = list(participants.items())
+        for i in range(0, len(items), 1000):
+            client.hset(keys.users, mapping=dict(items[i : i + 1000]))
+        # Compare-and-set against the stock the picture was taken with: a purchase or a
+        # release in between changes it, and the derivation is taken again.
+        if run_warmup(
+            client, keys, remaining=remaining, loaded=activity.redis_loaded_units, expected=redis_state.stock
+        ):
+            break
+    else:
+        raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
 
-    overwrite = force or (current is not None and not started)
-    written, _ = run_warmup(client, keys, remaining=remaining, loaded=activity.redis_loaded_units, force=overwrite)
-
-    # Read back what Redis holds now and compare it with the database.
+    # Read back what Redis holds now and compare it with the database. Once the sale
+    # runs, purchases may already have moved the stock; the loaded units may not move.
     read_stock, read_loaded = client.mget([keys.stock, keys.loaded])
-    if written and (int(read_stock) != remaining or int(read_loaded) != activity.redis_loaded_units):
+    if int(read_loaded) != activity.redis_loaded_units or (not started and int(read_stock) != remaining):
         raise WarmupError(
             f"read-back mismatch: Redis holds stock={read_stock!r} loaded={read_loaded!r}, "
             f"expected {remaining} and {activity.redis_loaded_units}"
@@ -192,11 +198,10 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
     activity_snapshot_forget(activity_id)
     return WarmupResult(
         activity_id=activity_id,
-        written=bool(written),
         remaining=int(read_stock),
         loaded=int(read_loaded),
-        db_total=stock.total,
-        db_available=stock.available,
+        db_total=db["db_total"],
+        db_available=db["db_available"],
         unordered_units=unordered_units,
         participants=len(participants),
     )
