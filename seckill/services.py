@@ -70,7 +70,10 @@ def activity_save(*, activity: Activity) -> Activity:
     """Save an activity edited in admin and keep its stock row in step.
 
     The total may change only while nothing is sold (enforced by the stock service).
+    A warmed activity whose total or safety stock changed is warmed again, so that
+    Redis never sells what the database no longer has.
     """
+    before = Activity.objects.filter(pk=activity.pk).values("total_stock", "safety_stock", "status").first()
     with transaction.atomic():
         if activity._state.adding:
             activity.save()
@@ -87,7 +90,21 @@ def activity_save(*, activity: Activity) -> Activity:
         elif stock.total != activity.total_stock:
             stock_set_total(activity_id=activity.pk, total=activity.total_stock)
     activity_snapshot_forget(activity.pk)
+    if (
+        before
+        and before["status"] == Activity.Status.WARMED
+        and (before["total_stock"], before["safety_stock"]) != (activity.total_stock, activity.safety_stock)
+    ):
+        # After the commit: the admin saves inside a transaction, and Redis waits for none.
+        transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
     return activity
+
+
+def _activity_rewarm_logged(*, activity_id: int) -> None:
+    try:
+        activity_warmup(activity_id=activity_id, force=True)
+    except (WarmupError, redis.RedisError) as exc:  # the autowarm task and the operator can retry
+        logger.error("re-warm after an edit of activity %s failed: %s", activity_id, exc)
 
 
 def activity_token_ensure(*, activity_id: int, now: datetime | None = None) -> str | None:
