@@ -54,7 +54,7 @@ def processes(env: dict) -> dict[str, list[str]]:
             "--loglevel",
             "INFO",
             "--schedule",
-            str(BASE_DIR / ".local" / "celerybeat-schedule"),
+            str(embedded.STATE_DIR / "celerybeat-schedule"),
         ],
     }
 
@@ -65,7 +65,7 @@ def main() -> int:
     already = embedded.running_services()
     env.update(embedded.ensure_services(env))
     started_here = embedded.running_services() - already
-    (BASE_DIR / ".local").mkdir(exist_ok=True)
+    embedded.STATE_DIR.mkdir(parents=True, exist_ok=True)
 
     children: dict[str, subprocess.Popen] = {}
     stopping = False
@@ -115,7 +115,8 @@ def main() -> int:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _say(f"{name} did not stop in time; killing it")
-                proc.kill()
+                # The whole group: gunicorn's workers and the worker's pool go with it.
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         stopped = embedded.stop_services(started_here)
         _say("stopped" + (f" (and the embedded {', '.join(stopped)})" if stopped else ""))
