@@ -116,8 +116,20 @@ _REFUSAL_REASONS = {AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock", AnomalyOrder.
 def _reservation_refuse(*, activity_id: int, entry: LogEntry, kind: str, free_participant: bool) -> None:
     """A reservation the database will not honour: its units go back to Redis, and staff
     get an anomaly. Released first, so a failing anomaly insert cannot keep the stock."""
+    live = ""
+    if not free_participant:
+        live = (
+            Order.objects.filter(activity_id=activity_id, user_id=entry.user_id, status__in=Order.LIVE_STATUSES)
+            .values_list("reservation_id", flat=True)
+            .first()
+            or ""
+        )
     reservation_release(
-        activity_id=activity_id, entry=entry, free_participant=free_participant, reason=_REFUSAL_REASONS[kind]
+        activity_id=activity_id,
+        entry=entry,
+        free_participant=free_participant,
+        reason=_REFUSAL_REASONS[kind],
+        live_reservation_id=live,
     )
     anomaly_open(
         kind=kind,

@@ -43,7 +43,7 @@ def run_purchase(
     client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0
 ) -> PurchaseReply:
     code, remaining, reservation = PURCHASE(
-        keys=[keys.stock, keys.users, keys.log], args=[user_id, quantity, limit, shard], client=client
+        keys=[keys.stock, keys.users, keys.log, keys.failed], args=[user_id, quantity, limit, shard], client=client
     )
     if isinstance(reservation, bytes):
         reservation = reservation.decode()
@@ -59,10 +59,11 @@ def run_release(
     quantity: int,
     free_participant: bool,
     reason: str,
+    live_reservation_id: str = "",
 ) -> bool:
     released = RELEASE(
         keys=[keys.stock, keys.users, keys.log, keys.failed],
-        args=[reservation_id, user_id, quantity, "1" if free_participant else "0", reason],
+        args=[reservation_id, user_id, quantity, "1" if free_participant else "0", reason, live_reservation_id],
         client=client,
     )
     return bool(released)

@@ -20,7 +20,7 @@ from django.db.models import Count, Sum
 
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
-from orders.services import orders_create_from_reservations
+from orders.services import order_cancel, orders_create_from_reservations
 from orders.tasks import order_create_task
 from seckill.keys import ActivityKeys
 from seckill.reconciliation import reconcile
@@ -200,6 +200,12 @@ def test_duplicate_reservation_of_a_shopper_with_a_live_order_is_released():
     reply = run_purchase(stock_redis(), ActivityKeys(activity.pk), user_id=user.pk, quantity=1, limit=1)
     assert reply.code == ScriptCode.DUPLICATE
     assert reconcile(activity_id=activity.pk)["identity_ok"]
+    # The participant record points at the live order again: cancelling it frees the shopper.
+    assert stock_redis().hget(ActivityKeys(activity.pk).users, user.pk).decode() == first.reservation_id
+    order_cancel(order=Order.objects.get(activity=activity, user=user), reason="shopper")
+    assert redis_remaining(activity.pk) == 5
+    again = run_purchase(stock_redis(), ActivityKeys(activity.pk), user_id=user.pk, quantity=1, limit=1)
+    assert again.code == ScriptCode.RESERVED
 
 
 # --- lost enqueue, killed worker, poison ---------------------------------------------------

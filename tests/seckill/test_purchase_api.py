@@ -334,6 +334,7 @@ def test_flag_has_no_token_before_the_start_and_one_after():
 # --- the result ------------------------------------------------------------------------
 
 
+@pytest.mark.django_db(transaction=True)  # the cancel's Redis return runs on commit
 def test_result_goes_none_queued_ordered_and_failed(shopper):
     activity = make_activity(stock=5)
     token = activity_token_ensure(activity_id=activity.pk)
@@ -360,3 +361,12 @@ def test_result_goes_none_queued_ordered_and_failed(shopper):
     body = shopper.get(f"/api/activities/{other.pk}/result").json()
     assert body["code"] == "failed" and body["order"] is None and body["reason"] == "no_stock"
     assert AnomalyOrder.objects.filter(activity_id=other.pk, kind="db_guard_failed").count() == 1
+    # Trying again supersedes the failure: the shopper's outcome is the new reservation.
+    SeckillStock.objects.filter(activity_id=other.pk).update(available=5)
+    assert buy(shopper, other, token=other_token).status_code == 202
+    assert shopper.get(f"/api/activities/{other.pk}/result").json() == {"code": "queued", "order": None}
+    orders_create_from_reservations(activity_id=other.pk, entries=reservations_pending(activity_id=other.pk))
+    order_no = shopper.get(f"/api/activities/{other.pk}/result").json()["order"]["order_no"]
+    assert shopper.post(f"/api/orders/{order_no}/cancel").status_code == 200
+    body = shopper.get(f"/api/activities/{other.pk}/result").json()
+    assert body["code"] == "ordered" and body["order"]["status"] == "cancelled"
