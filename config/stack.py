@@ -84,6 +84,8 @@ def main() -> int:
         _say("seeding demo data…")
         _manage("seed_demo", env=env)
         for name, argv in processes(env).items():
+            if stopping:  # Ctrl-C during the set-up: start nothing more
+                break
             # Own process groups: the terminal's Ctrl-C reaches this supervisor, which
             # then stops each child in order instead of all of them at once.
             children[name] = subprocess.Popen(argv, cwd=BASE_DIR, env=env, start_new_session=True)
