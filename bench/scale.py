@@ -74,7 +74,7 @@ def redis_scenario(cluster, *, name: str, activity_ids: list[int], seconds: floa
 
     client = redis.RedisCluster.from_url(cluster.url)
     for activity_id in activity_ids:
-        run_warmup(client, ActivityKeys(activity_id), remaining=10**9, loaded=10**9, force=True)
+        run_warmup(client, ActivityKeys(activity_id), remaining=10**9, loaded=10**9, expected=None)
     nodes = {client.get_node_from_key(ActivityKeys(a).stock).port for a in activity_ids}
     ports = [n.port for n in cluster.nodes]
     ctx = mp.get_context("fork")

@@ -55,7 +55,7 @@ def processes(env: dict) -> dict[str, list[str]]:
             "--loglevel",
             "INFO",
             "--schedule",
-            str(BASE_DIR / ".local" / "celerybeat-schedule"),
+            str(embedded.STATE_DIR / "celerybeat-schedule"),
         ],
     }
 
@@ -66,11 +66,11 @@ def main() -> int:
     already = embedded.running_services()
     env.update(embedded.ensure_services(env))
     started_here = embedded.running_services() - already
-    (BASE_DIR / ".local").mkdir(exist_ok=True)
+    embedded.STATE_DIR.mkdir(parents=True, exist_ok=True)
     # Prometheus multiprocess mode: gunicorn workers and Celery children each write
     # their metrics here and /metrics adds them up; our own directory is emptied at each start.
     if not env.get("PROMETHEUS_MULTIPROC_DIR"):
-        env["PROMETHEUS_MULTIPROC_DIR"] = str(BASE_DIR / ".local" / "prometheus")
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(embedded.STATE_DIR / "prometheus")
         shutil.rmtree(env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
     Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
@@ -91,6 +91,8 @@ def main() -> int:
         _say("seeding demo data…")
         _manage("seed_demo", env=env)
         for name, argv in processes(env).items():
+            if stopping:  # Ctrl-C during the set-up: start nothing more
+                break
             # Own process groups: the terminal's Ctrl-C reaches this supervisor, which
             # then stops each child in order instead of all of them at once.
             children[name] = subprocess.Popen(argv, cwd=BASE_DIR, env=env, start_new_session=True)
@@ -122,7 +124,8 @@ def main() -> int:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _say(f"{name} did not stop in time; killing it")
-                proc.kill()
+                # The whole group: gunicorn's workers and the worker's pool go with it.
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         stopped = embedded.stop_services(started_here)
         _say("stopped" + (f" (and the embedded {', '.join(stopped)})" if stopped else ""))
