@@ -3,11 +3,14 @@ dependency mid-sale (kills a redis-server, cuts the worker's database connection
 SIGKILLs the worker) and brings it back. Each ends with nothing lost, nothing doubled,
 no shopper with two orders and the reconciliation identities holding."""
 
+import json
+import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
 import redis
 from django.db import connection
+from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
 from orders.models import Order
@@ -214,6 +217,22 @@ def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_c
     assert units_ordered(activity) == 30, "the database path writes the order at once"
     assert purchase(base, activity.pk, keys[users[0].pk], token) == (409, "duplicate")
     answers |= during
+    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:
+        metrics = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(response.read().decode())
+            for s in family.samples
+        }
+    assert metrics[("seckill_redis_breaker_state", ())] == 2  # open
+    assert metrics[("seckill_fallback_purchase_total", (("code", "queued"),))] == 20
+    assert metrics[("seckill_fallback_purchase_total", (("code", "busy"),))] >= 1
+    health = urllib.request.Request(f"{base}/healthz")
+    try:
+        urllib.request.urlopen(health, timeout=30)
+        raise AssertionError("/healthz said ok with Redis cut")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 503
+        assert json.loads(exc.read())["redis"]["breaker"] == "open"
 
     proxy.restore()
     rest = until_answered(crowd(base, activity.pk, token, users[30:], keys))
