@@ -1,6 +1,8 @@
 import redis
 from django.contrib import admin, messages
 from django.db.models import Count, Q
+from django.urls import reverse
+from django.utils.html import format_html
 
 from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
@@ -36,6 +38,7 @@ class ActivityAdmin(admin.ModelAdmin):
         "redis_remaining",
         "pending_orders",
         "paid_orders",
+        "report_link",
     ]
     list_filter = ["status", "start_at", "end_at"]
     search_fields = ["title", "product__name"]
@@ -88,6 +91,11 @@ class ActivityAdmin(admin.ModelAdmin):
     def paid_orders(self, obj):
         return obj.paid_count
 
+    @admin.display(description="report")
+    def report_link(self, obj):
+        url = reverse("admin:orders_reconciliationreport_activity", args=[obj.pk])
+        return format_html('<a href="{}">report</a>', url)
+
     def save_model(self, request, obj, form, change):
         try:
             activity_save(activity=obj)
@@ -109,15 +117,15 @@ class ActivityAdmin(admin.ModelAdmin):
             else:
                 self.message_user(request, f"{activity}: {verb} done: {result}", messages.SUCCESS)
 
-    @admin.action(description="Warm up (load stock into Redis)")
+    @admin.action(description="Warm up (load stock into Redis)", permissions=["change"])
     def warm_up(self, request, queryset):
         self._run(request, queryset, lambda a: activity_warmup(activity_id=a.pk).as_dict(), "warm-up")
 
-    @admin.action(description="Force re-warm (derive stock from the database and the log)")
+    @admin.action(description="Force re-warm (derive stock from the database and the log)", permissions=["change"])
     def force_rewarm(self, request, queryset):
         self._run(request, queryset, lambda a: activity_warmup(activity_id=a.pk, force=True).as_dict(), "re-warm")
 
-    @admin.action(description="End now and clean up")
+    @admin.action(description="End now and clean up", permissions=["change"])
     def end_and_clean_up(self, request, queryset):
         from .tasks import activity_close_task
 

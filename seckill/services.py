@@ -323,9 +323,12 @@ def activity_stop_selling(*, activity_id: int) -> None:
 
 
 def activity_close(*, activity_id: int) -> dict:
-    """After the end: turn every reservation into an order, reconcile, remove the keys.
+    """After the end: turn every reservation into an order, run the final
+    reconciliation, then remove the activity's Redis keys.
 
-    The keys are removed only when the log is empty, so no reservation is lost.
+    The keys are removed only when the log is empty, so no reservation is lost. Orders
+    still pending keep their deadline; cancelled later, their units return to the
+    database only (orders.services.orders_units_return).
     """
     from .reconciliation import reconcile
 
@@ -335,15 +338,32 @@ def activity_close(*, activity_id: int) -> dict:
     if timezone.now() < settled_at:
         raise WarmupError(f"activity {activity_id} has not ended (or ended less than a moment ago); try again later")
     replay = reservations_drain(activity_id=activity_id)
-    report = reconcile(activity_id=activity_id)
+    report = reconcile(activity_id=activity_id, final=True)
     keys = ActivityKeys(activity_id)
-    client = stock_redis()
-    if client.xlen(keys.log):
+    if stock_redis().xlen(keys.log):
         raise WarmupError(f"activity {activity_id}: reservations still without orders; keys kept, try again")
-    client.unlink(*keys.all())
+    # ENDED first: from now on nothing writes the activity's Redis state again.
     Activity.objects.filter(pk=activity_id).update(status=Activity.Status.ENDED)
     activity_snapshot_forget(activity_id)
-    return {"replay": asdict(replay), "reconciliation": report}
+    removed = activity_keys_remove(activity_id=activity_id)
+    return {"replay": asdict(replay), "reconciliation": report, "keys_removed": removed}
+
+
+def activity_keys_remove(*, activity_id: int, batch_size: int = 500) -> int:
+    """UNLINK every Redis key of an activity, in batches: the known keys, then any other
+    key carrying the activity's hash tag (SCAN). UNLINK frees big hashes and streams in
+    the background, so even a million participants do not block Redis."""
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    removed = client.unlink(*keys.all())
+    batch: list = []
+    for key in client.scan_iter(match=f"*{keys.tag}*", count=1000):
+        batch.append(key)
+        if len(batch) >= batch_size:
+            removed += client.unlink(*batch)
+            batch.clear()
+    if batch:
+        removed += client.unlink(*batch)
+    return removed
 
 
 def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:

@@ -9,7 +9,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from .models import Activity
-from .selectors import redis_remaining
+from .reconciliation import reconcile
+from .selectors import live_activities, redis_remaining
 from .services import (
     WarmupError,
     activity_close,
@@ -78,3 +79,18 @@ def activity_close_task(self, activity_id: int) -> dict:
         return activity_close(activity_id=activity_id)
     except (WarmupError, redis.RedisError) as exc:
         raise self.retry(exc=exc) from exc
+
+
+@shared_task
+def reconcile_live_task() -> dict:
+    """Reconcile every live activity (beat, every SECKILL_RECONCILE_INTERVAL seconds);
+    the final run of an activity happens when it is closed (activity_close)."""
+    results = {}
+    for activity_id in live_activities().filter(status=Activity.Status.WARMED).values_list("pk", flat=True):
+        try:
+            report = reconcile(activity_id=activity_id)
+        except (RuntimeError, redis.RedisError) as exc:
+            logger.error("reconciliation of activity %s failed, next run retries: %s", activity_id, exc)
+            continue
+        results[activity_id] = report["identity_ok"]
+    return results

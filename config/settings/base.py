@@ -169,6 +169,10 @@ SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0
 SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=100)
 # Default payment deadline (seconds) for new activities.
 SECKILL_DEFAULT_PAY_TIMEOUT = env.int("SECKILL_DEFAULT_PAY_TIMEOUT", default=15 * 60)
+# How often beat reconciles each live activity (seconds); the final run is at close.
+SECKILL_RECONCILE_INTERVAL = env.float("SECKILL_RECONCILE_INTERVAL", default=10.0)
+# How often beat sweeps pending orders past their deadline (the deadline tasks' safety net).
+SECKILL_EXPIRY_SWEEP_INTERVAL = env.float("SECKILL_EXPIRY_SWEEP_INTERVAL", default=30.0)
 # Warm-up happens automatically this many seconds before the start (beat).
 SECKILL_AUTO_WARMUP_LEAD = env.int("SECKILL_AUTO_WARMUP_LEAD", default=300)
 
@@ -186,4 +190,9 @@ CELERY_BEAT_SCHEDULE = {
     "seckill-start": {"task": "seckill.tasks.activities_start_task", "schedule": 2.0},
     "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": 15.0},
     "seckill-close": {"task": "seckill.tasks.activities_close_task", "schedule": 30.0},
+    "seckill-reconcile": {"task": "seckill.tasks.reconcile_live_task", "schedule": SECKILL_RECONCILE_INTERVAL},
+    "orders-expire-sweep": {
+        "task": "orders.tasks.orders_expire_overdue_task",
+        "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,
+    },
 }
