@@ -471,11 +471,11 @@ def anomaly_stock_return(*, anomaly: AnomalyOrder, by, note: str = "") -> str:
 
     result = ""
     if anomaly.order_id is not None:
-        try:
-            order = order_cancel(order=anomaly.order, reason="staff")
-        except OrderNotCancellable as exc:
-            raise AnomalyActionError(f"nothing to return: {exc}") from exc
-        result = f"order {order.order_no} cancelled, {order.quantity} unit(s) returned"
+        moved = orders_cancel(order_ids=[anomaly.order_id], reason="staff", now=timezone.now(), due_only=False)
+        if not moved:
+            order = Order.objects.get(pk=anomaly.order_id)
+            raise AnomalyActionError(f"nothing to return: order {order.order_no} is {order.status}")
+        result = f"order {moved[0].order_no} cancelled, {moved[0].quantity} unit(s) returned"
     elif anomaly.reservation_id:
         entry = reservation_entry(activity_id=anomaly.activity_id, reservation_id=anomaly.reservation_id)
         if entry and reservation_release(

@@ -93,9 +93,11 @@ class Measurement:
 
     @property
     def deductible(self) -> list[dict]:
-        """Live orders without a deduction that the database's excess can cover."""
+        """Live orders without a deduction that the database's excess can cover.
+        Pending orders first: a paid one becomes an anomaly either way, so when the
+        excess cannot cover all, staff see the paid one."""
         excess, chosen = max(0, -self.db_drift), []
-        for o in self.db["not_deducted"]:
+        for o in sorted(self.db["not_deducted"], key=lambda o: (o["status"] == Order.Status.PAID, o["id"])):
             if o["quantity"] <= excess:
                 chosen.append(o)
                 excess -= o["quantity"]
@@ -224,6 +226,7 @@ def _act(activity_id: int, m: Measurement, grace: float) -> tuple[dict, int]:
         replay = reservations_replay(activity_id=activity_id, grace_seconds=grace)
         actions["orders_created"] = replay.created
         actions["reservations_released"] = replay.released
+        opened += replay.released  # each release opens its anomaly (once: the entry leaves the log)
     if m.db["pending_overdue"]:
         actions["orders_cancelled"] = orders_expire_overdue(activity_id=activity_id)
     if m.not_returned:
