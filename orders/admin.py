@@ -66,7 +66,10 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
     list_select_related = ["activity", "user", "order", "resolved_by"]
     change_form_template = "admin/orders/anomalyorder/change_form.html"
     fieldsets = [
-        (None, {"fields": ["kind", "status", "activity", "user", "order", "reservation_id", "created_at"]}),
+        (
+            None,
+            {"fields": ["kind", "status", "activity", "user", "order", "reservation_id", "fault_key", "created_at"]},
+        ),
         ("Evidence", {"fields": ["details_pretty", "redis_state", "order_state", "ledger"]}),
         ("Resolution", {"fields": ["resolution_note", "resolved_by", "resolved_at", "history_pretty"]}),
     ]
@@ -79,6 +82,9 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def save_model(self, request, obj, form, change):
+        """Nothing is edited here: every change goes through an action (a service)."""
 
     def _evidence(self, obj):
         cache = getattr(self, "_evidence_cache", None)

@@ -301,7 +301,7 @@ def reconcile(*, activity_id: int, dry_run: bool = False, final: bool = False) -
     if not dry_run:
         # One run per activity at a time; the actions are idempotent anyway.
         name = f"seckill:{ActivityKeys(activity_id).tag}:reconcile"
-        lock = stock_redis().lock(name, timeout=300, blocking_timeout=60)
+        lock = stock_redis().lock(name, timeout=300, blocking_timeout=10)
         if not lock.acquire():
             raise RuntimeError(f"activity {activity_id}: another reconciliation is running")
     try:
