@@ -13,6 +13,7 @@ def _chart(title: str, series: dict[str, list[tuple]]) -> str:
         x_label_rotation=25,
         show_dots=False,
         truncate_label=-1,
+        truncate_legend=-1,
         x_value_formatter=lambda t: t.strftime("%H:%M:%S"),
         js=[],  # no script from a CDN: admin pages load nothing from outside
         disable_xml_declaration=True,

@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.db import transaction
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order, ReconciliationReport
@@ -20,6 +21,7 @@ from seckill.redis_client import stock_redis
 from seckill.reservations import reservations_acknowledge
 from seckill.selectors import redis_remaining
 from seckill.services import activity_close, activity_stop_selling
+from seckill.tasks import reconcile_live_task
 
 from ..factories import make_activity, make_users
 from ..helpers import wait_until
@@ -61,8 +63,13 @@ def _inject_faults(activity, users):
     }
 
 
-def test_injected_faults_land_in_their_buckets_and_a_second_run_changes_nothing(settings):
+def _sample(name: str, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_injected_faults_land_in_their_buckets_and_a_second_run_changes_nothing(settings, caplog):
     settings.SECKILL_REPLAY_GRACE = 0
+    drift_anomalies = _sample("seckill_anomalies_opened_total", kind="drift")
     activity = make_activity(stock=20, pay_timeout=600)
     faults = _inject_faults(activity, make_users(6))
 
@@ -92,6 +99,12 @@ def test_injected_faults_land_in_their_buckets_and_a_second_run_changes_nothing(
         "orders_deducted": 1,  # the order without deduction
     }, first
     assert first["anomalies_opened"] == 2, first
+    # The metric and the log lines an alert fires on.
+    assert _sample("seckill_anomalies_opened_total", kind="drift") == drift_anomalies + 1
+    gauge = "seckill_reconcile_unexplained_drift_units"
+    assert _sample(gauge, activity=str(activity.pk), side="redis") == -3
+    assert f"seckill.reconcile.drift activity={activity.pk} " in caplog.text
+    assert f"seckill.anomaly kind=drift activity={activity.pk} " in caplog.text
     anomalies = {(a.kind, a.fault_key): a for a in AnomalyOrder.objects.filter(activity=activity)}
     assert set(anomalies) == {
         (AnomalyOrder.Kind.PAID_NOT_DEDUCTED, f"order:{faults['paid'].pk}"),
@@ -214,3 +227,10 @@ def test_reconcile_command_reports_acts_and_dry_runs(settings):
     out = StringIO()
     call_command("reconcile", stdout=out)
     assert "OK" in out.getvalue()
+
+
+def test_the_beat_task_reconciles_live_activities_only():
+    live = make_activity(stock=5)
+    make_activity(stock=5, started=False)  # not live yet: not reconciled
+    assert reconcile_live_task() == {live.pk: True}
+    assert ReconciliationReport.objects.get().activity_id == live.pk
