@@ -260,7 +260,8 @@ def orders_cancel(*, order_ids: list[int], reason: str, now, due_only: bool, ski
             group = [o for o in cancelled if o.activity_id == activity_id]
             stock_return(activity_id=activity_id, orders=group, reason=f"order_cancelled:{reason}")
         if cancelled:
-            transaction.on_commit(lambda: orders_units_return(orders=cancelled))
+            # robust: the cancel is committed; a failure here is logged and reconciliation returns the units.
+            transaction.on_commit(lambda: orders_units_return(orders=cancelled), robust=True)
     if cancelled:
         metrics.ORDERS_CANCELLED.labels(reason=reason).inc(len(cancelled))
     return cancelled
@@ -329,7 +330,7 @@ def orders_expiry_schedule(*, orders: list[Order]) -> None:
             except Exception as exc:  # any broker failure; the sweeper is the safety net
                 logger.warning("deadline task for %s orders not scheduled, the sweeper will act: %s", len(ids), exc)
 
-    transaction.on_commit(schedule)
+    transaction.on_commit(schedule, robust=True)
 
 
 @dataclass

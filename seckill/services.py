@@ -345,7 +345,12 @@ def activity_close(*, activity_id: int) -> dict:
     # ENDED first: from now on nothing writes the activity's Redis state again.
     Activity.objects.filter(pk=activity_id).update(status=Activity.Status.ENDED)
     activity_snapshot_forget(activity_id)
-    removed = activity_keys_remove(activity_id=activity_id)
+    try:
+        removed = activity_keys_remove(activity_id=activity_id)
+    except redis.RedisError:
+        # Back to warmed, so that the close task (beat) tries again.
+        Activity.objects.filter(pk=activity_id).update(status=Activity.Status.WARMED)
+        raise
     return {"replay": asdict(replay), "reconciliation": report, "keys_removed": removed}
 
 
