@@ -1,11 +1,13 @@
 """Order writes: creation from reservations (the consumer), and later pay and cancel."""
 
 import logging
+import math
+import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
+import redis
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Min
 from django.utils import timezone
 
 from inventory.services import InsufficientStock, stock_deduct, stock_return
@@ -314,37 +316,48 @@ def order_units_return_safely(*, order: Order) -> bool:
 
 
 def orders_expiry_schedule(*, orders: list[Order]) -> None:
-    """After the commit that created them, schedule the deadline task of ``orders``
-    (one task per batch: a batch shares its deadline). If the broker is away the
-    sweeper cancels them instead."""
+    """After the commit that created them, make sure a deadline task is scheduled for
+    every order: one task per activity and second of deadline, shared by all orders due
+    in that second (a sale creates thousands of orders a second; an eta message each
+    would sit in the workers' memory until it runs). A Redis flag (SET NX) tells whether
+    that second has its task. If the broker is away the sweeper cancels them instead."""
     from .tasks import orders_expire_task
 
-    by_deadline: dict = {}
-    for o in orders:
-        by_deadline.setdefault(o.pay_deadline, []).append(o.pk)
+    due = sorted({(o.activity_id, math.ceil(o.pay_deadline.timestamp())) for o in orders})
 
     def schedule() -> None:
-        for deadline, ids in by_deadline.items():
+        for activity_id, second in due:
             try:
-                orders_expire_task.apply_async(args=[ids], eta=deadline)
+                if orders_expiry_claim(activity_id=activity_id, due_second=second):
+                    orders_expire_task.apply_async(
+                        args=[activity_id, second], eta=datetime.fromtimestamp(second, tz=UTC)
+                    )
             except Exception as exc:  # any broker failure; the sweeper is the safety net
-                logger.warning("deadline task for %s orders not scheduled, the sweeper will act: %s", len(ids), exc)
+                logger.warning("deadline task of activity %s not scheduled, the sweeper will act: %s", activity_id, exc)
 
     transaction.on_commit(schedule, robust=True)
 
 
-@dataclass
-class ExpiryOutcome:
-    cancelled: int
-    next_deadline: object = None  # the earliest deadline among those still pending, if any
+def orders_expiry_claim(*, activity_id: int, due_second: int) -> bool:
+    """True for the first caller of this activity and second (who schedules the task);
+    True as well when Redis cannot say: a second task is harmless, a missing one is not."""
+    from seckill.keys import ActivityKeys
+    from seckill.redis_client import stock_redis
+
+    ttl = max(60, int(due_second - time.time()) + 600)
+    try:
+        return bool(stock_redis().set(ActivityKeys(activity_id).expiry_scheduled(due_second), 1, nx=True, ex=ttl))
+    except redis.RedisError:
+        return True
 
 
-def orders_expire(*, order_ids: list[int], now=None) -> ExpiryOutcome:
-    """The deadline task: cancel those of ``order_ids`` still pending past their deadline."""
+def orders_expire_due(*, activity_id: int, due_second: int, now=None) -> int | None:
+    """The deadline task: cancel the activity's pending orders past their deadline.
+    None when it runs before ``due_second`` (a clock ahead elsewhere): try again then."""
     now = now or timezone.now()
-    moved = orders_cancel(order_ids=order_ids, reason=CANCEL_TIMEOUT, now=now, due_only=True)
-    waiting = Order.objects.filter(pk__in=order_ids, status=Order.Status.PENDING).aggregate(d=Min("pay_deadline"))
-    return ExpiryOutcome(cancelled=len(moved), next_deadline=waiting["d"])
+    if now.timestamp() < due_second:
+        return None
+    return orders_expire_overdue(activity_id=activity_id, now=now)
 
 
 def orders_expire_overdue(*, activity_id: int | None = None, now=None, batch_size: int = 500) -> int:

@@ -1,11 +1,12 @@
+import time
+
 import redis
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
-from django.utils import timezone
 
 from seckill.scripts import LogEntry
 
-from .services import orders_create_from_reservations, orders_expire, orders_expire_overdue
+from .services import orders_create_from_reservations, orders_expire_due, orders_expire_overdue
 
 
 @shared_task(
@@ -32,15 +33,13 @@ def order_create_task(activity_id: int, reservation_id: str, user_id: int, quant
     retry_backoff_max=30,
     max_retries=20,
 )
-def orders_expire_task(self, order_ids: list[int]) -> int:
-    """The payment deadline of a batch of orders (scheduled with eta = the deadline).
-    Delivered early (clock skew between hosts), it waits for the rest; if it never runs
-    the sweeper cancels them."""
-    outcome = orders_expire(order_ids=order_ids)
-    if outcome.next_deadline is not None:
-        wait = (outcome.next_deadline - timezone.now()).total_seconds()
-        raise self.retry(countdown=max(0.5, wait), max_retries=None)
-    return outcome.cancelled
+def orders_expire_task(self, activity_id: int, due_second: int) -> int:
+    """The payment deadline of the orders of one activity due in one second (scheduled
+    with eta = that second). Delivered early, it waits; never run, the sweeper acts."""
+    cancelled = orders_expire_due(activity_id=activity_id, due_second=due_second)
+    if cancelled is None:
+        raise self.retry(countdown=max(0.5, due_second - time.time()), max_retries=None)
+    return cancelled
 
 
 @shared_task

@@ -1,7 +1,9 @@
 """The payment deadline: a delayed Celery task per batch of orders and the sweeper;
 pay and timeout racing for the same order end in exactly one outcome."""
 
+import math
 import random
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -19,7 +21,7 @@ from orders.services import (
     OrderNotPayable,
     order_cancel,
     order_pay,
-    orders_expire,
+    orders_expire_due,
     orders_expire_overdue,
 )
 from seckill.keys import ActivityKeys
@@ -169,14 +171,15 @@ def test_timeout_cancels_only_past_the_deadline_the_shopper_any_time():
     first, second = buy(activity, make_users(2))
     with pytest.raises(OrderNotCancellable, match="not past its payment deadline"):
         order_cancel(order=first, reason="timeout")
-    outcome = orders_expire(order_ids=[first.pk, second.pk])
-    assert outcome.cancelled == 0 and outcome.next_deadline == first.pay_deadline
+    due_second = math.ceil(first.pay_deadline.timestamp())
+    assert orders_expire_due(activity_id=activity.pk, due_second=due_second) is None, "too early: wait"
+    assert orders_expire_overdue(activity_id=activity.pk) == 0
     assert order_cancel(order=first, reason="shopper").status == Order.Status.CANCELLED
     assert order_cancel(order=first, reason="shopper").status == Order.Status.CANCELLED  # again: no-op
     assert StockMovement.objects.filter(order=first, kind=StockMovement.Kind.RETURN).count() == 1
     later = second.pay_deadline + timedelta(seconds=1)
-    assert orders_expire(order_ids=[second.pk], now=later).cancelled == 1
-    assert orders_expire(order_ids=[second.pk], now=later).cancelled == 0
+    assert orders_expire_due(activity_id=activity.pk, due_second=due_second, now=later) == 1
+    assert orders_expire_due(activity_id=activity.pk, due_second=due_second, now=later) == 0
     with pytest.raises(OrderNotPayable):
         order_pay(order=second)
     assert redis_remaining(activity.pk) == 3
@@ -221,13 +224,17 @@ def test_sold_out_ends_when_a_cancelled_unit_returns():
     assert redis_remaining(activity.pk) == 0
 
 
-def test_expiry_is_scheduled_when_orders_are_created(celery_worker):
-    activity = make_activity(stock=5, pay_timeout=1)
-    orders = buy(activity, make_users(5, prefix="sched"))
-    assert len(orders) == 5
+def test_one_deadline_task_per_second_of_deadline_cancels_every_order_due_then(celery_worker):
+    activity = make_activity(stock=50, pay_timeout=1)
+    orders = buy(activity, make_users(50, prefix="sched"))  # one batch: one deadline
+    assert len(orders) == 50
     wait_until(
-        lambda: Order.objects.filter(activity=activity, status=Order.Status.CANCELLED).count() == 5,
+        lambda: Order.objects.filter(activity=activity, status=Order.Status.CANCELLED).count() == 50,
         timeout=60,
         what="the deadline task to cancel them",
     )
-    assert "orders.tasks.orders_expire_task" in celery_worker.log()
+    tasks = set(re.findall(r"orders\.tasks\.orders_expire_task\[([0-9a-f-]+)\] received", celery_worker.log()))
+    assert len(tasks) == 1, celery_worker.log()[-3000:]
+    # The worker returns the units to Redis right after its commit.
+    wait_until(lambda: redis_remaining(activity.pk) == 50, timeout=30, what="the units back in Redis")
+    _assert_identities(activity)
