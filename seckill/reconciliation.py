@@ -382,3 +382,9 @@ def _observe(activity_id: int, report: dict) -> None:
             report["unexplained_drift"],
             report["anomalies_opened"],
         )
+
+
+def reconciliation_snapshot(*, activity_id: int) -> tuple[RedisSnapshot, dict]:
+    """The consistent picture alone (warm-up derives the stock from it)."""
+    measured = reconciliation_measure(activity_id=activity_id)
+    return measured.redis, measured.db
