@@ -5,9 +5,9 @@ stock loaded into Redis = Redis remaining + reserved-not-ordered + pending + pai
 DB total                = DB available + pending + paid units
 
 Buckets and their actions:
-- reserved_not_ordered (log entries older than the replay grace without an order):
-  the replay creates the orders; after the attempt limit it returns the stock and
-  opens an anomaly.
+- reserved_not_ordered (log entries without an order): those older than the replay
+  grace are replayed into orders; after the attempt limit the replay returns the
+  stock and opens an anomaly.
 - pending_past_deadline: cancelled with reason "timeout" (stock back to both sides).
 - cancelled_not_returned (cancelled since the last warm-up, not in the Redis
   ``returned`` set): their units are returned to Redis, once.
@@ -282,7 +282,9 @@ def _drift_anomalies(activity_id: int, m: Measurement) -> int:
 
 def _buckets(m: Measurement, grace: float) -> dict[str, list]:
     return {
-        "reserved_not_ordered": [e.reservation_id for e in m.stale_unordered(grace)],
+        # Every reservation without an order; the action waits for those in flight
+        # (younger than the replay grace) to become orders the normal way.
+        "reserved_not_ordered": [e.reservation_id for e in m.unordered],
         "pending_past_deadline": [None] * m.db["pending_overdue"],
         "cancelled_not_returned": [o.order_no for o in m.not_returned],
         "not_deducted": [o["order_no"] for o in m.db["not_deducted"]],
