@@ -1,0 +1,72 @@
+"""Fixtures of the shopper tests: fingerprinted static files, a gunicorn serving them,
+and real Chromium driven by Playwright."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import BASE_DIR, start_gunicorn, subprocess_env
+
+CHROMIUM = os.environ.get("SECKILL_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
+SCREENSHOTS = BASE_DIR / "docs" / "screenshots"
+
+
+def manifest_env(**extra: str) -> dict[str, str]:
+    return subprocess_env(SECKILL_TEST_MANIFEST_STATIC="1", **extra)
+
+
+@pytest.fixture(scope="session")
+def collected_static():
+    """collectstatic once per run, with the production storage (hashed names + manifest)."""
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="config.settings.test", SECKILL_TEST_MANIFEST_STATIC="1")
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "--clear", "-v", "0"],
+        cwd=BASE_DIR,
+        env=env,
+        check=True,
+    )
+    return BASE_DIR / ".local" / "test-staticfiles"
+
+
+@pytest.fixture
+def shop_server(transactional_db, process_logs, collected_static):
+    """gunicorn on the test database, serving fingerprinted static files (WhiteNoise)."""
+    process, base = start_gunicorn(process_logs, workers=2, threads=8, env=manifest_env())
+    yield base
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def chromium_browser():
+    """Debian's Chromium driven by Playwright. No skip: if it cannot start, the browser
+    tests fail and say why (.ci/run installs the package)."""
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists() or shutil.which("chromium"), (
+        f"Chromium not found at {CHROMIUM}: install Debian's package (apt-get install -y chromium)"
+    )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browser_context(chromium_browser):
+    context = chromium_browser.new_context(viewport={"width": 1000, "height": 760}, locale="en-US")
+    yield context
+    context.close()
