@@ -50,8 +50,8 @@ def shop_server(transactional_db, process_logs, collected_static):
     process.stop()
 
 
-@pytest.fixture(scope="session")
-def chromium_browser():
+@pytest.fixture
+def chromium_browser(monkeypatch):
     """Debian's Chromium driven by Playwright. No skip: if it cannot start, the browser
     tests fail and say why (.ci/run installs the package)."""
     from playwright.sync_api import sync_playwright
@@ -59,6 +59,9 @@ def chromium_browser():
     assert Path(CHROMIUM).exists() or shutil.which("chromium"), (
         f"Chromium not found at {CHROMIUM}: install Debian's package (apt-get install -y chromium)"
     )
+    # Playwright's sync API runs an event loop in this thread while the test uses the ORM
+    # synchronously; Django refuses that unless told (only for the browser tests' duration).
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser

@@ -169,3 +169,15 @@ def test_publish_admin_action(tmp_path, settings, admin_client):
         page_url(activity)
     ).content
     assert Activity.objects.get(pk=activity.pk).purchase_token is None
+
+
+def test_an_old_format_csrf_cookie_does_not_make_the_page_set_a_cookie():
+    """CsrfViewMiddleware replaces a malformed CSRF cookie; on a shared page that cookie
+    would be cached and handed to everyone, so none is set there."""
+    activity = make_activity(started=False)
+    client = Client()
+    client.cookies["csrftoken"] = "not-a-valid-token!"
+    response = client.get(page_url(activity))
+    assert_shared(response)
+    assert response.content == Client().get(page_url(activity)).content
+    assert "csrftoken" in client.get("/api/me").cookies  # the uncached call fixes it instead
