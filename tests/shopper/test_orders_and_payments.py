@@ -44,7 +44,7 @@ def gateway_callback(client, order) -> dict:
 
 
 def test_orders_page_shows_status_and_time_left(bought):
-    activity, user, order, client = bought
+    _activity, _user, order, client = bought
     page = client.get("/orders/")
     assert page.status_code == 200
     body = page.content.decode()
@@ -55,7 +55,7 @@ def test_orders_page_shows_status_and_time_left(bought):
 
 
 def test_pay_through_the_gateway_then_the_same_callback_again_pays_once(bought):
-    activity, user, order, client = bought
+    _activity, _user, order, client = bought
     callback = gateway_callback(client, order)
     first = client.post("/payments/callback/", callback)
     assert first.status_code == 302 and first["Location"].startswith("/orders/")
@@ -83,7 +83,7 @@ def test_pay_through_the_gateway_then_the_same_callback_again_pays_once(bought):
     ids=["missing", "empty", "zeros", "one-char-off", "payload-changed"],
 )
 def test_wrong_or_missing_signature_is_400_and_changes_nothing(bought, tamper):
-    activity, user, order, client = bought
+    _activity, _user, order, client = bought
     callback = gateway_callback(client, order)
     response = Client().post("/payments/callback/", tamper(callback))
     assert response.status_code == 400 and response.json()["code"] == "bad_signature"
@@ -93,7 +93,7 @@ def test_wrong_or_missing_signature_is_400_and_changes_nothing(bought, tamper):
 
 
 def test_signed_but_wrong_amount_or_order_is_refused(bought):
-    activity, user, order, client = bought
+    _activity, _user, order, _client = bought
     payload = json.dumps({"gateway_ref": "r1", "order_no": order.order_no, "amount": "0.01", "status": "succeeded"})
     response = Client().post("/payments/callback/", {"payload": payload, "signature": payment_sign(payload)})
     assert response.status_code == 400 and response.json()["code"] == "amount_mismatch"
@@ -110,7 +110,7 @@ def test_signed_but_wrong_amount_or_order_is_refused(bought):
 
 
 def test_a_second_payment_for_a_paid_order_is_refused(bought):
-    activity, user, order, client = bought
+    _activity, _user, order, client = bought
     client.post("/payments/callback/", gateway_callback(client, order))
     order.refresh_from_db()
     assert order.status == Order.Status.PAID
@@ -123,7 +123,7 @@ def test_a_second_payment_for_a_paid_order_is_refused(bought):
 
 
 def test_gateway_refuses_a_tampered_checkout(bought):
-    activity, user, order, client = bought
+    _activity, _user, order, client = bought
     to_gateway = client.post(f"/orders/{order.order_no}/pay/")
     params = {k: v[0] for k, v in parse_qs(urlsplit(to_gateway["Location"]).query).items()}
     params["amount"] = "0.01"
@@ -133,7 +133,7 @@ def test_gateway_refuses_a_tampered_checkout(bought):
 
 
 def test_someone_elses_order_cannot_be_paid_or_cancelled(bought):
-    activity, user, order, client = bought
+    _activity, _user, order, _client = bought
     stranger = Client()
     stranger.force_login(UserFactory())
     assert stranger.post(f"/orders/{order.order_no}/pay/").status_code == 404
@@ -143,7 +143,7 @@ def test_someone_elses_order_cannot_be_paid_or_cancelled(bought):
 
 
 def test_cancel_returns_the_stock(bought, django_capture_on_commit_callbacks):
-    activity, user, order, client = bought
+    activity, _user, order, client = bought
     available = SeckillStock.objects.get(activity=activity).available
     in_redis = redis_remaining(activity.pk)
     with django_capture_on_commit_callbacks(execute=True):
@@ -160,7 +160,7 @@ def test_cancel_returns_the_stock(bought, django_capture_on_commit_callbacks):
 
 
 def test_payments_refused_without_a_secret(bought, settings):
-    activity, user, order, client = bought
+    _activity, _user, order, _client = bought
     settings.PAYMENT_GATEWAY_SECRET = ""
     response = Client().post("/payments/callback/", {"payload": "{}", "signature": "x"})
     assert response.status_code == 503
