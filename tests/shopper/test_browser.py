@@ -158,13 +158,14 @@ def test_fingerprinted_assets_are_cached_for_a_year_and_the_page_is_public(shop_
 
 def test_a_chinese_browser_lands_on_the_chinese_page(shop_server, chromium_browser):
     activity, _ = demo_activity(seconds_to_start=3600)
-    context = chromium_browser.new_context(locale="zh-CN")
+    context = chromium_browser.new_context(viewport={"width": 1000, "height": 760}, locale="zh-CN")
     try:
         page = context.new_page()
         page.goto(f"{shop_server}/seckill/{activity.pk}/")
         page.wait_for_url(f"**/zh-hans/seckill/{activity.pk}/")
         expect(page.locator("#buy")).to_have_text("立即抢购")
         expect(page.locator("#countdown")).to_contain_text("距开始还有")
+        shot(page, "5-zh-hans")
         # The switch: English chosen explicitly sticks, whatever the browser prefers.
         page.get_by_role("link", name="English").click()
         page.wait_for_url(f"**/seckill/{activity.pk}/")
