@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing dependencies into $(VENV)…"
-	@$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@$(BIN)/pip install --quiet --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $(STAMP)
 
 install: $(STAMP)

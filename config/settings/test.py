@@ -4,7 +4,11 @@ import os
 
 from config import embedded
 
+# What this process started itself is stopped at the end of the session (tests/conftest.py),
+# so `make test` leaves nothing running; servers that were already up are left alone.
+_running_before = embedded.running_services()
 os.environ.update(embedded.ensure_services())
+SECKILL_EMBEDDED_STARTED = sorted(embedded.running_services() - _running_before)
 
 from .base import *  # noqa: F403
 from .base import DATABASES, env
@@ -12,6 +16,7 @@ from .base import DATABASES, env
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="test-only-not-secret")
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+WHITENOISE_USE_FINDERS = True  # no collectstatic needed to serve static files in tests
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
@@ -40,9 +45,9 @@ def _redis_db(url: str, db: int) -> str:
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
-REDIS_URL = _redis_db(REDIS_URL, SECKILL_TEST_REDIS_DB)  # noqa: F405
+REDIS_URL = _redis_db(REDIS_URL, SECKILL_TEST_REDIS_DB)
 SECKILL_REDIS_URL = REDIS_URL
-CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
+CACHES["default"]["LOCATION"] = REDIS_URL
 _broker = env("CELERY_BROKER_URL", default="")
 # A RabbitMQ broker is used as given; a Redis broker gets its own test database.
 CELERY_BROKER_URL = (
