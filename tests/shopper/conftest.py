@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 from tests.helpers import BASE_DIR, start_gunicorn, subprocess_env
 
@@ -27,6 +28,15 @@ SCREENSHOTS = BASE_DIR / "docs" / "screenshots"
 
 def manifest_env(**extra: str) -> dict[str, str]:
     return subprocess_env(SECKILL_TEST_MANIFEST_STATIC="1", **extra)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def static_root_exists():
+    """WhiteNoise warns on every in-process request when STATIC_ROOT is missing (tests
+    serve through the finders and need no collectstatic)."""
+    from django.conf import settings
+
+    Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +76,9 @@ def chromium_browser(monkeypatch):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+        # While Playwright's loop runs, Django keeps this context's connections apart from
+        # the test's usual ones; close them, or the test database cannot be dropped at the end.
+        connections.close_all()
 
 
 @pytest.fixture
