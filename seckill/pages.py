@@ -2,6 +2,7 @@
 every visitor and a CDN may keep it. Used by the view and by `publish`."""
 
 import hashlib
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -76,7 +77,48 @@ def page_strings() -> dict[str, str]:
     }
 
 
+_rendered: dict[tuple, RenderedPage] = {}
+_rendered_lock = threading.Lock()
+_RENDERED_MAX = 256
+
+
+def _page_inputs(activity: Activity, language: str) -> tuple:
+    """Everything the page is made of: a change to any of these is a new page."""
+    product = activity.product
+    return (
+        language,
+        activity.pk,
+        activity.title,
+        activity.seckill_price,
+        activity.start_at,
+        activity.end_at,
+        activity.total_stock,
+        activity.per_user_limit,
+        activity.updated_at,
+        product.pk,
+        product.name,
+        product.description,
+        product.image_url,
+        product.list_price,
+        product.created_at,
+    )
+
+
 def activity_page_render(*, activity: Activity, language: str) -> RenderedPage:
+    """The page, from this process's memory when nothing it is made of has changed
+    (a render costs several times the query that fetches the activity)."""
+    key = _page_inputs(activity, language)
+    page = _rendered.get(key)
+    if page is None:
+        page = _activity_page_render_now(activity=activity, language=language)
+        with _rendered_lock:
+            if len(_rendered) >= _RENDERED_MAX:
+                _rendered.clear()
+            _rendered[key] = page
+    return page
+
+
+def _activity_page_render_now(*, activity: Activity, language: str) -> RenderedPage:
     """Render without a request: no session, no user, no CSRF token can reach the bytes."""
     alternates = [
         {"code": code, "name": name, "path": activity_page_path(activity_id=activity.pk, language=code)}

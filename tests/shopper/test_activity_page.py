@@ -95,6 +95,11 @@ def test_conditional_get_answers_304_until_the_page_changes():
     changed = client.get(page_url(activity), HTTP_IF_NONE_MATCH=etag)
     assert changed.status_code == 200 and changed["ETag"] != etag and b"A new title" in changed.content
 
+    # A change made without save() (as activity_stop_selling does) is a new page too.
+    Activity.objects.filter(pk=activity.pk).update(end_at=activity.end_at + timedelta(minutes=5))
+    ended = client.get(page_url(activity), HTTP_IF_NONE_MATCH=changed["ETag"])
+    assert ended.status_code == 200 and ended["ETag"] != changed["ETag"]
+
 
 def test_unknown_activity_is_404_and_other_methods_405():
     assert Client().get("/seckill/999999/").status_code == 404
