@@ -29,6 +29,7 @@
     order: null,
   };
   let pollTimer = null;
+  let pollGeneration = 0;
 
   function randomParam() {
     const bytes = new Uint8Array(8);
@@ -41,10 +42,19 @@
     return new Promise((resolve, reject) => {
       const script = document.createElement("script");
       const sent = performance.now();
-      window.seckillOnFlag = (flag) => resolve({ flag, anchor: (sent + performance.now()) / 2 });
+      // A stalled request must not stall the polling: give up on it after 10 s.
+      const timeout = setTimeout(() => {
+        script.remove();
+        reject(new Error("flag timed out"));
+      }, 10000);
+      window.seckillOnFlag = (flag) => {
+        clearTimeout(timeout);
+        resolve({ flag, anchor: (sent + performance.now()) / 2 });
+      };
       script.src = `${sale.dataset.flagUrl}?v=${randomParam()}`;
       script.onload = () => script.remove();
       script.onerror = () => {
+        clearTimeout(timeout);
         script.remove();
         reject(new Error("flag unavailable"));
       };
@@ -67,9 +77,11 @@
 
   async function poll() {
     clearTimeout(pollTimer);
+    const generation = ++pollGeneration; // a newer poll supersedes this one: one chain only
     let delay = 2000;
     try {
       const { flag, anchor } = await loadFlag();
+      if (generation !== pollGeneration) return;
       state.now = serverClock(flag.server_time, anchor);
       state.startMs = Date.parse(flag.start_at);
       state.endMs = Date.parse(flag.end_at);
@@ -78,6 +90,7 @@
       render();
       delay = pollDelay();
     } catch (e) {
+      if (generation !== pollGeneration) return;
       delay = 2000;
     }
     if (delay !== null) pollTimer = setTimeout(poll, delay);
