@@ -15,8 +15,6 @@ from orders.models import Order, Payment
 from tests.factories import ProductFactory, UserFactory, make_activity
 from tests.helpers import wait_until
 
-from .conftest import SCREENSHOTS
-
 pytestmark = pytest.mark.slow
 
 CLOCK_AHEAD_BY_AN_HOUR = """
@@ -37,9 +35,10 @@ def remaining_ms(page) -> int | None:
     return int(value) if value else None
 
 
-def shot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+def shot(page, folder, name: str) -> None:
+    path = folder / f"{name}.png"
+    page.screenshot(path=str(path))
+    assert path.stat().st_size > 1000
 
 
 def demo_activity(seconds_to_start: float, stock: int = 3):
@@ -59,7 +58,7 @@ def demo_activity(seconds_to_start: float, stock: int = 3):
     return activity, start
 
 
-def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context):
+def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context, screenshot_dir):
     user = UserFactory(username="alice")
     page = browser_context.new_page()
     page.goto(f"{shop_server}/accounts/login/?next=/orders/")
@@ -85,7 +84,7 @@ def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context
     expect(page.locator("#countdown")).to_contain_text("Starts in")
     assert timezone.now() < start
     expect(button).to_be_disabled()
-    shot(page, "1-before-start")
+    shot(page, screenshot_dir, "1-before-start")
 
     # The start arrives: the flag turns on and the button enables, without a reload.
     expect(button).to_be_enabled(timeout=90_000)
@@ -95,7 +94,7 @@ def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context
     # Every poll had its own random parameter.
     assert len(flag_urls) >= 2 and len(set(flag_urls)) == len(flag_urls)
     assert all(re.search(r"flag\.js\?v=[0-9a-f]{16}$", u) for u in flag_urls)
-    shot(page, "2-at-start")
+    shot(page, screenshot_dir, "2-at-start")
 
     button.click()
     expect(button).to_be_disabled()
@@ -107,7 +106,7 @@ def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context
     expect(button).to_be_disabled()
     order = Order.objects.get(activity=activity, user=user)
     assert order.status == Order.Status.PENDING
-    shot(page, "3-after-purchase")
+    shot(page, screenshot_dir, "3-after-purchase")
 
     # Pay: the gateway's page, then its signed callback to the shop, then the orders page.
     outcome.get_by_role("button", name="Pay now").click()
@@ -121,7 +120,7 @@ def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context
     assert order.status == Order.Status.PAID
     assert Payment.objects.filter(order=order).count() == 1
     assert len(purchases) == 1
-    shot(page, "4-orders")
+    shot(page, screenshot_dir, "4-orders")
 
 
 def test_a_client_clock_an_hour_ahead_changes_nothing(shop_server, browser_context):
@@ -157,7 +156,7 @@ def test_fingerprinted_assets_are_cached_for_a_year_and_the_page_is_public(shop_
         assert "max-age=315360000" in cache_control and "immutable" in cache_control, (asset, cache_control)
 
 
-def test_a_chinese_browser_lands_on_the_chinese_page(shop_server, chromium_browser):
+def test_a_chinese_browser_lands_on_the_chinese_page(shop_server, chromium_browser, screenshot_dir):
     activity, _ = demo_activity(seconds_to_start=3600)
     context = chromium_browser.new_context(viewport={"width": 1000, "height": 760}, locale="zh-CN")
     try:
@@ -166,7 +165,7 @@ def test_a_chinese_browser_lands_on_the_chinese_page(shop_server, chromium_brows
         page.wait_for_url(f"**/zh-hans/seckill/{activity.pk}/")
         expect(page.locator("#buy")).to_have_text("立即抢购")
         expect(page.locator("#countdown")).to_contain_text("距开始还有")
-        shot(page, "5-zh-hans")
+        shot(page, screenshot_dir, "5-zh-hans")
         # The switch: English chosen explicitly sticks, whatever the browser prefers.
         page.get_by_role("link", name="English").click()
         page.wait_for_url(f"**/seckill/{activity.pk}/")
