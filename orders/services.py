@@ -4,6 +4,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -27,12 +28,22 @@ class BatchOutcome:
     already_done: list[str] = field(default_factory=list)  # had an order before
     released: list[str] = field(default_factory=list)  # returned to Redis, anomaly opened
 
+    def add(self, other: "BatchOutcome") -> None:
+        self.created += other.created
+        self.already_done += other.already_done
+        self.released += other.released
+
 
 def anomaly_open(
     *, kind: str, activity_id: int, details: dict, entry: LogEntry | None = None, order: Order | None = None
 ) -> AnomalyOrder:
     """Record an anomaly; one per (kind, reservation), so a retried task opens it once."""
     user_id = entry.user_id if entry else (order.user_id if order else None)
+    if user_id is not None and not get_user_model().objects.filter(pk=user_id).exists():
+        # The shopper's row is gone (the very reason a replay may fail): keep the id in
+        # the details, since a foreign key to a missing row would fail this insert too.
+        details = {**details, "user_id": user_id}
+        user_id = None
     if entry is None:
         anomaly, created = (
             AnomalyOrder.objects.create(
@@ -99,6 +110,35 @@ def _insert_orders(activity: Activity, entries: list[LogEntry]) -> list[Order]:
     ]
 
 
+_REFUSAL_REASONS = {AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock", AnomalyOrder.Kind.DUPLICATE_RESERVATION: "duplicate"}
+
+
+def _reservation_refuse(*, activity_id: int, entry: LogEntry, kind: str, free_participant: bool) -> None:
+    """A reservation the database will not honour: its units go back to Redis, and staff
+    get an anomaly. Released first, so a failing anomaly insert cannot keep the stock."""
+    live = ""
+    if not free_participant:
+        live = (
+            Order.objects.filter(activity_id=activity_id, user_id=entry.user_id, status__in=Order.LIVE_STATUSES)
+            .values_list("reservation_id", flat=True)
+            .first()
+            or ""
+        )
+    reservation_release(
+        activity_id=activity_id,
+        entry=entry,
+        free_participant=free_participant,
+        reason=_REFUSAL_REASONS[kind],
+        live_reservation_id=live,
+    )
+    anomaly_open(
+        kind=kind,
+        activity_id=activity_id,
+        entry=entry,
+        details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
+    )
+
+
 def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]) -> BatchOutcome:
     """Turn reservations into orders in one transaction, with the database stock guard.
 
@@ -120,20 +160,12 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
         if len(entries) > 1:
             # Find the reservations the database cannot honour, one at a time.
             for entry in entries:
-                single = orders_create_from_reservations(activity_id=activity_id, entries=[entry])
-                outcome.created += single.created
-                outcome.already_done += single.already_done
-                outcome.released += single.released
+                outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=[entry]))
             return outcome
-        entry = entries[0]
-        reservation_release(activity_id=activity_id, entry=entry, free_participant=True, reason="no_stock")
-        anomaly_open(
-            kind=AnomalyOrder.Kind.DB_GUARD_FAILED,
-            activity_id=activity_id,
-            entry=entry,
-            details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
+        _reservation_refuse(
+            activity_id=activity_id, entry=entries[0], kind=AnomalyOrder.Kind.DB_GUARD_FAILED, free_participant=True
         )
-        outcome.released.append(entry.reservation_id)
+        outcome.released.append(entries[0].reservation_id)
         return outcome
 
     outcome.created = [o.reservation_id for o in inserted]
@@ -150,12 +182,11 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
                 continue
             # The shopper already holds a live order: Redis let a second reservation
             # through (e.g. participants lost in a restart). The constraint said no.
-            reservation_release(activity_id=activity_id, entry=entry, free_participant=False, reason="duplicate")
-            anomaly_open(
-                kind=AnomalyOrder.Kind.DUPLICATE_RESERVATION,
+            _reservation_refuse(
                 activity_id=activity_id,
                 entry=entry,
-                details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
+                kind=AnomalyOrder.Kind.DUPLICATE_RESERVATION,
+                free_participant=False,
             )
             outcome.released.append(entry.reservation_id)
     reservations_acknowledge(activity_id=activity_id, reservation_ids=outcome.created + outcome.already_done)

@@ -97,7 +97,8 @@ class ActivityAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
-        if obj is not None and obj.orders.exists():
+        # Once the sale has started, reservations may exist that are not orders yet.
+        if obj is not None and (obj.phase != Activity.Phase.UPCOMING or obj.orders.exists()):
             fields += ["total_stock", "safety_stock", "shards", "per_user_limit"]
         return fields
 
