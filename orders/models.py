@@ -123,3 +123,16 @@ class ReconciliationReport(models.Model):
 
     def __str__(self) -> str:
         return f"reconciliation of activity {self.activity_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Payment(models.Model):
+    """A payment confirmed by the gateway's signed callback: at most one per order and one
+    per gateway reference, so a replayed callback records nothing new."""
+
+    order = models.OneToOneField(Order, on_delete=models.PROTECT, related_name="payment")
+    gateway_ref = models.CharField(max_length=64, unique=True)
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.gateway_ref} for {self.order_id}"

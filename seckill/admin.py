@@ -9,6 +9,7 @@ from inventory.services import InsufficientStock
 from orders.models import Order
 
 from .models import Activity
+from .pages import activity_page_publish
 from .selectors import redis_remaining_many
 from .services import WarmupError, activity_save, activity_stop_selling, activity_warmup
 
@@ -47,7 +48,7 @@ class ActivityAdmin(admin.ModelAdmin):
     autocomplete_fields = ["product"]
     readonly_fields = ["status", "warmed_at", "created_at", "updated_at"]
     inlines = [SeckillStockInline]
-    actions = ["warm_up", "force_rewarm", "end_and_clean_up"]
+    actions = ["warm_up", "force_rewarm", "end_and_clean_up", "publish"]
     fieldsets = [
         (None, {"fields": ["title", "product", "seckill_price", "start_at", "end_at"]}),
         ("Stock", {"fields": ["total_stock", "safety_stock", "shards", "per_user_limit"]}),
@@ -139,3 +140,9 @@ class ActivityAdmin(admin.ModelAdmin):
             lambda a: activity_close_task.apply_async(args=[a.pk], countdown=3) and "closing in a few seconds",
             "end",
         )
+
+    @admin.action(description="Publish the activity page (static files for a CDN origin)")
+    def publish(self, request, queryset):
+        for activity in queryset:
+            paths = activity_page_publish(activity_id=activity.pk)
+            self.message_user(request, f"{activity}: published {', '.join(map(str, paths))}", messages.SUCCESS)

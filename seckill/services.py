@@ -60,6 +60,7 @@ def activity_create(
     with transaction.atomic():
         activity.save()
         stock_create(activity_id=activity.pk, total=total_stock)
+        activity_start_schedule(activity_id=activity.pk)
     return activity
 
 
@@ -89,6 +90,7 @@ def activity_save(*, activity: Activity) -> Activity:
             stock_create(activity_id=activity.pk, total=activity.total_stock)
         elif stock.total != activity.total_stock:
             stock_set_total(activity_id=activity.pk, total=activity.total_stock)
+        activity_start_schedule(activity_id=activity.pk)
     activity_snapshot_forget(activity.pk)
     if (
         before
@@ -98,6 +100,29 @@ def activity_save(*, activity: Activity) -> Activity:
         # After the commit: the admin saves inside a transaction, and Redis waits for none.
         transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
     return activity
+
+
+def activity_start_schedule(*, activity_id: int) -> None:
+    """After the commit, schedule the start task for the activity's start time (eta).
+
+    At the start it creates the purchase token, which exists nowhere before. Saving or
+    warming again schedules again: the task is idempotent, and one that fires for a start
+    that has since moved later does nothing. Beat's activities_start_task is the safety
+    net for a lost message or a broker that was away.
+    """
+
+    def schedule() -> None:
+        from .tasks import activity_start_task
+
+        start_at = Activity.objects.filter(pk=activity_id).values_list("start_at", flat=True).first()
+        if start_at is None:
+            return
+        try:
+            activity_start_task.apply_async(args=[activity_id], eta=start_at)
+        except Exception as exc:  # broker away: beat creates the token instead
+            logger.warning("start task for activity %s not scheduled, beat will do it: %s", activity_id, exc)
+
+    transaction.on_commit(schedule)
 
 
 def _activity_rewarm_logged(*, activity_id: int) -> None:
@@ -213,6 +238,7 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
         status=Activity.Status.WARMED, warmed_at=timezone.now()
     )
     activity_snapshot_forget(activity_id)
+    activity_start_schedule(activity_id=activity_id)
     return WarmupResult(
         activity_id=activity_id,
         remaining=int(read_stock),

@@ -34,6 +34,21 @@ def reservations_replay_task() -> dict:
     return results
 
 
+@shared_task(bind=True, max_retries=20)
+def activity_start_task(self, activity_id: int) -> bool:
+    """At the activity's start (scheduled with eta by activity_start_schedule): create
+    the purchase token, which turns the flag on."""
+    start_at = Activity.objects.filter(pk=activity_id).values_list("start_at", flat=True).first()
+    if start_at is None:
+        return False
+    early = (start_at - timezone.now()).total_seconds()
+    if early > 0:
+        if early < 5:  # delivered a moment before the start: wait for it
+            raise self.retry(countdown=early)
+        return False  # the start moved later; the save that moved it scheduled another task
+    return activity_token_ensure(activity_id=activity_id) is not None
+
+
 @shared_task
 def activities_start_task() -> None:
     """Create the purchase token of activities that have started (safety net for the

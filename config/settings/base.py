@@ -30,9 +30,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: a page declared identical for every visitor leaves without per-visitor headers.
+    "seckill.middleware.SharedPageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -52,6 +55,7 @@ TEMPLATES = [
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
@@ -102,6 +106,8 @@ LOGOUT_REDIRECT_URL = "/"
 
 # --- I18N -----------------------------------------------------------------------
 LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env("DJANGO_TIME_ZONE", default="UTC")
 USE_I18N = True
 USE_TZ = True
@@ -175,6 +181,17 @@ SECKILL_RECONCILE_INTERVAL = env.float("SECKILL_RECONCILE_INTERVAL", default=10.
 SECKILL_EXPIRY_SWEEP_INTERVAL = env.float("SECKILL_EXPIRY_SWEEP_INTERVAL", default=30.0)
 # Warm-up happens automatically this many seconds before the start (beat).
 SECKILL_AUTO_WARMUP_LEAD = env.int("SECKILL_AUTO_WARMUP_LEAD", default=300)
+
+# The activity page: shared caches (a CDN) may keep it this long; browsers a little.
+SECKILL_PAGE_MAX_AGE = env.int("SECKILL_PAGE_MAX_AGE", default=30)
+SECKILL_PAGE_S_MAXAGE = env.int("SECKILL_PAGE_S_MAXAGE", default=300)
+# Where `manage.py publish` and the admin action write the static activity pages (a CDN origin).
+SECKILL_PUBLISH_DIR = env.path("SECKILL_PUBLISH_DIR", default=BASE_DIR / "publish")
+
+# --- Payments -----------------------------------------------------------------------
+# Shared secret of the (simulated) payment gateway; signs checkout requests and callbacks.
+# Empty: payments are refused (503) rather than accepted unsigned.
+PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="")
 
 LOGGING = {
     "version": 1,
