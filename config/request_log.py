@@ -16,6 +16,8 @@ import time
 import uuid
 from contextvars import ContextVar
 
+from seckill.middleware import SHARED_PAGE_ATTR
+
 HEADER = "X-Request-ID"
 _SANE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 request_id_var: ContextVar[str] = ContextVar("request_id", default="-")
@@ -34,7 +36,9 @@ class RequestIdMiddleware:
         # request on this thread sets its own.
         request_id_var.set(request_id)
         response = self.get_response(request)
-        response[HEADER] = request_id
+        # A page that is the same for every visitor (CDN-cached) carries no per-request id.
+        if not getattr(response, SHARED_PAGE_ATTR, False):
+            response[HEADER] = request_id
         return response
 
 

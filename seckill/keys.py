@@ -59,6 +59,10 @@ class ActivityKeys:
     def resync_lock(self) -> str:
         return f"seckill:{self.tag}:resync"
 
+    def expiry_scheduled(self, due_second: int) -> str:
+        """Flag: a payment-deadline task is scheduled for this second (Unix time)."""
+        return f"seckill:{self.tag}:expiry:{due_second}"
+
     def all(self) -> list[str]:
         return [
             self.stock, self.loaded, self.users, self.log, self.attempts, self.failed, self.returned, self.db_synced

@@ -3,7 +3,9 @@
 Two kinds:
 
 * **Event metrics** (counters, histograms, gauges a process sets): purchase answers by
-  code, Lua script latency, reconciliation drift, the Redis circuit breaker's state.
+  code, Lua script latency, the Redis circuit breaker's state, database-path answers;
+  and the lifecycle's: anomalies opened, orders cancelled, reconciliation runs, drift
+  and buckets (names documented in docs/LIFECYCLE.md; alerts rely on them).
   With ``PROMETHEUS_MULTIPROC_DIR`` set (``make run`` sets it; set it for gunicorn and
   Celery in production, one empty directory per machine, cleared at start) every
   process writes its values there and ``/metrics`` adds them up across gunicorn workers
@@ -36,18 +38,6 @@ SCRIPT_SECONDS = Histogram(
     ["script"],
     buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
-RECONCILE_DRIFT = Gauge(
-    "seckill_reconcile_drift_units",
-    "Units the last reconciliation could not explain (side=redis|db); 0 when the identities hold.",
-    ["activity", "side"],
-    multiprocess_mode="mostrecent",
-)
-RECONCILE_OK = Gauge(
-    "seckill_reconcile_identity_ok",
-    "1 when the last reconciliation of the activity found both identities holding.",
-    ["activity"],
-    multiprocess_mode="mostrecent",
-)
 BREAKER_STATE = Gauge(
     "seckill_redis_breaker_state",
     "Circuit breaker of the stock Redis in this process: 0 closed, 1 half-open, 2 open (max over processes).",
@@ -55,6 +45,24 @@ BREAKER_STATE = Gauge(
 )
 FALLBACK_PURCHASES = Counter(
     "seckill_fallback_purchase_total", "Purchases answered by the database path while Redis was away.", ["code"]
+)
+
+ANOMALIES_OPENED = Counter("seckill_anomalies_opened_total", "Anomaly orders opened for staff review.", ["kind"])
+ORDERS_CANCELLED = Counter(
+    "seckill_orders_cancelled_total", "Orders moved pending -> cancelled (stock returned).", ["reason"]
+)
+RECONCILE_RUNS = Counter("seckill_reconcile_runs_total", "Reconciliation runs by outcome (ok, drift).", ["outcome"])
+RECONCILE_UNEXPLAINED_DRIFT = Gauge(
+    "seckill_reconcile_unexplained_drift_units",
+    "Units of stock drift the last reconciliation could not explain (0 = healthy).",
+    ["activity", "side"],
+    multiprocess_mode="mostrecent",
+)
+RECONCILE_BUCKET_ITEMS = Gauge(
+    "seckill_reconcile_bucket_items",
+    "Items the last reconciliation found in each bucket.",
+    ["activity", "bucket"],
+    multiprocess_mode="mostrecent",
 )
 
 PURCHASE_URL_NAME = "activity-purchase"
@@ -67,14 +75,6 @@ def script_timer(script: str) -> Iterator[None]:
         yield
     finally:
         SCRIPT_SECONDS.labels(script).observe(time.perf_counter() - started)
-
-
-def reconcile_observe(report: dict) -> None:
-    """Export a reconciliation report's drift (an alert fires on a non-zero value)."""
-    activity = str(report["activity"])
-    RECONCILE_DRIFT.labels(activity, "redis").set(report.get("redis_drift") or 0)
-    RECONCILE_DRIFT.labels(activity, "db").set(report.get("db_drift") or 0)
-    RECONCILE_OK.labels(activity).set(1 if report.get("identity_ok") else 0)
 
 
 class PurchaseOutcomeMiddleware:

@@ -60,6 +60,7 @@ def activity_create(
     with transaction.atomic():
         activity.save()
         stock_create(activity_id=activity.pk, total=total_stock)
+        activity_start_schedule(activity_id=activity.pk)
     return activity
 
 
@@ -89,6 +90,7 @@ def activity_save(*, activity: Activity) -> Activity:
             stock_create(activity_id=activity.pk, total=activity.total_stock)
         elif stock.total != activity.total_stock:
             stock_set_total(activity_id=activity.pk, total=activity.total_stock)
+        activity_start_schedule(activity_id=activity.pk)
     activity_snapshot_forget(activity.pk)
     if (
         before
@@ -98,6 +100,29 @@ def activity_save(*, activity: Activity) -> Activity:
         # After the commit: the admin saves inside a transaction, and Redis waits for none.
         transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
     return activity
+
+
+def activity_start_schedule(*, activity_id: int) -> None:
+    """After the commit, schedule the start task for the activity's start time (eta).
+
+    At the start it creates the purchase token, which exists nowhere before. Saving or
+    warming again schedules again: the task is idempotent, and one that fires for a start
+    that has since moved later does nothing. Beat's activities_start_task is the safety
+    net for a lost message or a broker that was away.
+    """
+
+    def schedule() -> None:
+        from .tasks import activity_start_task
+
+        start_at = Activity.objects.filter(pk=activity_id).values_list("start_at", flat=True).first()
+        if start_at is None:
+            return
+        try:
+            activity_start_task.apply_async(args=[activity_id], eta=start_at)
+        except Exception as exc:  # broker away: beat creates the token instead
+            logger.warning("start task for activity %s not scheduled, beat will do it: %s", activity_id, exc)
+
+    transaction.on_commit(schedule)
 
 
 def _activity_rewarm_logged(*, activity_id: int) -> None:
@@ -213,6 +238,7 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
         status=Activity.Status.WARMED, warmed_at=timezone.now()
     )
     activity_snapshot_forget(activity_id)
+    activity_start_schedule(activity_id=activity_id)
     return WarmupResult(
         activity_id=activity_id,
         remaining=int(read_stock),
@@ -381,9 +407,12 @@ def activity_stop_selling(*, activity_id: int) -> None:
 
 
 def activity_close(*, activity_id: int) -> dict:
-    """After the end: turn every reservation into an order, reconcile, remove the keys.
+    """After the end: turn every reservation into an order, run the final
+    reconciliation, then remove the activity's Redis keys.
 
-    The keys are removed only when the log is empty, so no reservation is lost.
+    The keys are removed only when the log is empty, so no reservation is lost. Orders
+    still pending keep their deadline; cancelled later, their units return to the
+    database only (orders.services.orders_units_return).
     """
     from .reconciliation import reconcile
 
@@ -393,15 +422,37 @@ def activity_close(*, activity_id: int) -> dict:
     if timezone.now() < settled_at:
         raise WarmupError(f"activity {activity_id} has not ended (or ended less than a moment ago); try again later")
     replay = reservations_drain(activity_id=activity_id)
-    report = reconcile(activity_id=activity_id)
+    report = reconcile(activity_id=activity_id, final=True)
     keys = ActivityKeys(activity_id)
-    client = stock_redis()
-    if client.xlen(keys.log):
+    if stock_redis().xlen(keys.log):
         raise WarmupError(f"activity {activity_id}: reservations still without orders; keys kept, try again")
-    client.unlink(*keys.all())
+    # ENDED first: from now on nothing writes the activity's Redis state again.
     Activity.objects.filter(pk=activity_id).update(status=Activity.Status.ENDED)
     activity_snapshot_forget(activity_id)
-    return {"replay": asdict(replay), "reconciliation": report}
+    try:
+        removed = activity_keys_remove(activity_id=activity_id)
+    except redis.RedisError:
+        # Back to warmed, so that the close task (beat) tries again.
+        Activity.objects.filter(pk=activity_id).update(status=Activity.Status.WARMED)
+        raise
+    return {"replay": asdict(replay), "reconciliation": report, "keys_removed": removed}
+
+
+def activity_keys_remove(*, activity_id: int, batch_size: int = 500) -> int:
+    """UNLINK every Redis key of an activity, in batches: the known keys, then any other
+    key carrying the activity's hash tag (SCAN). UNLINK frees big hashes and streams in
+    the background, so even a million participants do not block Redis."""
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    removed = client.unlink(*keys.all())
+    batch: list = []
+    for key in client.scan_iter(match=f"*{keys.tag}*", count=1000):
+        batch.append(key)
+        if len(batch) >= batch_size:
+            removed += client.unlink(*batch)
+            batch.clear()
+    if batch:
+        removed += client.unlink(*batch)
+    return removed
 
 
 def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:

@@ -21,6 +21,12 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+if env.bool("SECKILL_TEST_MANIFEST_STATIC", default=False):
+    # Processes that serve the fingerprinted assets (browser and cache tests), after collectstatic.
+    STORAGES["staticfiles"] = {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}
+    STATIC_ROOT = BASE_DIR / ".local" / "test-staticfiles"
+    WHITENOISE_USE_FINDERS = False  # served as in production: from STATIC_ROOT only
+PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="test-gateway-secret")
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Tests want quick replays; each test that needs one sets its own grace.
 SECKILL_REPLAY_GRACE = 2

@@ -67,8 +67,8 @@ def test_reconciliation_drift_is_exported():
     report = reconcile(activity_id=activity.pk)
     assert report["identity_ok"]
     labels = {"activity": str(activity.pk)}
-    assert REGISTRY.get_sample_value("seckill_reconcile_identity_ok", labels) == 1
-    assert REGISTRY.get_sample_value("seckill_reconcile_drift_units", {**labels, "side": "redis"}) == 0
+    assert REGISTRY.get_sample_value("seckill_reconcile_unexplained_drift_units", {**labels, "side": "redis"}) == 0
+    assert REGISTRY.get_sample_value("seckill_reconcile_unexplained_drift_units", {**labels, "side": "db"}) == 0
 
 
 @pytest.mark.slow
