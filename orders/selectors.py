@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import redis
+from django.conf import settings
 from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import TruncHour, TruncMinute, TruncSecond
 
@@ -14,10 +15,11 @@ from seckill.scripts import LogEntry, parse_log_entry
 from .models import AnomalyOrder, Order, ReconciliationReport
 
 
-def reservation_entry(*, activity_id: int, reservation_id: str) -> LogEntry | None:
-    """The reservation's entry in the Redis log, if it is still there (no order yet)."""
+def reservation_entry(*, activity_id: int, reservation_id: str, shard: int = 0) -> LogEntry | None:
+    """The reservation's entry in its shard's Redis log, if it is still there (no order yet)."""
     try:
-        entries = stock_redis().xrange(ActivityKeys(activity_id).log, min=reservation_id, max=reservation_id)
+        log = ActivityKeys(activity_id).shard(shard).log
+        entries = stock_redis().xrange(log, min=reservation_id, max=reservation_id)
     except redis.ResponseError:  # not a stream id (e.g. a staff-made reservation id)
         return None
     return parse_log_entry(*entries[0]) if entries else None
@@ -33,24 +35,29 @@ def anomaly_evidence(*, anomaly: AnomalyOrder) -> dict:
     order = anomaly.order
     if order is None and anomaly.reservation_id:
         order = Order.objects.filter(activity_id=anomaly.activity_id, reservation_id=anomaly.reservation_id).first()
-    keys = ActivityKeys(anomaly.activity_id)
+    shard = int((anomaly.details or {}).get("shard", order.shard if order else 0))
+    keys = ActivityKeys(anomaly.activity_id).shard(shard)
+    users = ActivityKeys(anomaly.activity_id)
+    if anomaly.activity.shards > 1:
+        users = users.user_partition(anomaly.user_id or 0, settings.SECKILL_USER_PARTITIONS)
     try:
         client = stock_redis()
         pipe = client.pipeline(transaction=False)
         pipe.get(keys.stock)
         pipe.get(keys.loaded)
-        pipe.hget(keys.users, anomaly.user_id or 0)
-        pipe.hget(keys.failed, anomaly.user_id or 0)
+        pipe.hget(users.users, anomaly.user_id or 0)
+        pipe.hget(users.failed, anomaly.user_id or 0)
         pipe.hget(keys.attempts, anomaly.reservation_id or "-")
         pipe.sismember(keys.returned, order.order_no if order else "-")
         pipe.xlen(keys.log)
         stock, loaded, participant, failed, attempts, returned, log_length = pipe.execute()
         entry = (
-            reservation_entry(activity_id=anomaly.activity_id, reservation_id=anomaly.reservation_id)
+            reservation_entry(activity_id=anomaly.activity_id, reservation_id=anomaly.reservation_id, shard=shard)
             if anomaly.reservation_id
             else None
         )
         redis_state = {
+            "shard": shard,
             "stock remaining": _text(stock),
             "stock loaded": _text(loaded),
             "shopper's live reservation": _text(participant),

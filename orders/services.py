@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -15,7 +16,7 @@ from django.utils import timezone
 from inventory.services import InsufficientStock, stock_deduct, stock_return
 from seckill import metrics
 from seckill.models import Activity
-from seckill.reservations import order_units_return, reservation_release, reservations_acknowledge
+from seckill.reservations import order_units_return, reservation_release, reservations_acknowledge_entries
 from seckill.scripts import LogEntry
 
 from .models import AnomalyOrder, Order
@@ -133,20 +134,20 @@ _REFUSAL_REASONS = {AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock", AnomalyOrder.
 def _reservation_refuse(*, activity_id: int, entry: LogEntry, kind: str, free_participant: bool) -> None:
     """A reservation the database will not honour: its units go back to Redis, and staff
     get an anomaly. Released first, so a failing anomaly insert cannot keep the stock."""
-    live = ""
+    live_shard, live = 0, ""
     if not free_participant:
-        live = (
+        live_shard, live = (
             Order.objects.filter(activity_id=activity_id, user_id=entry.user_id, status__in=Order.LIVE_STATUSES)
-            .values_list("reservation_id", flat=True)
+            .values_list("shard", "reservation_id")
             .first()
-            or ""
-        )
+        ) or (0, "")
     reservation_release(
         activity_id=activity_id,
         entry=entry,
         free_participant=free_participant,
         reason=_REFUSAL_REASONS[kind],
         live_reservation_id=live,
+        live_shard=live_shard,
     )
     anomaly_open(
         kind=kind,
@@ -188,16 +189,19 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
     outcome.created = [o.reservation_id for o in inserted]
     if inserted:
         orders_expiry_schedule(orders=inserted)
-    skipped = [e for e in entries if e.reservation_id not in set(outcome.created)]
+    # (shard, id): log ids are unique per shard only.
+    done = {(o.shard, o.reservation_id) for o in inserted}
+    skipped = [e for e in entries if (e.shard, e.reservation_id) not in done]
     if skipped:
         ordered = set(
             Order.objects.filter(
                 activity_id=activity_id, reservation_id__in=[e.reservation_id for e in skipped]
-            ).values_list("reservation_id", flat=True)
+            ).values_list("shard", "reservation_id")
         )
         for entry in skipped:
-            if entry.reservation_id in ordered:
+            if (entry.shard, entry.reservation_id) in ordered:
                 outcome.already_done.append(entry.reservation_id)
+                done.add((entry.shard, entry.reservation_id))
                 continue
             # The shopper already holds a live order: Redis let a second reservation
             # through (e.g. participants lost in a restart). The constraint said no.
@@ -208,7 +212,9 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
                 free_participant=False,
             )
             outcome.released.append(entry.reservation_id)
-    reservations_acknowledge(activity_id=activity_id, reservation_ids=outcome.created + outcome.already_done)
+    reservations_acknowledge_entries(
+        activity_id=activity_id, entries=[e for e in entries if (e.shard, e.reservation_id) in done]
+    )
     return outcome
 
 
@@ -371,6 +377,7 @@ def order_units_return_safely(*, order: Order) -> bool:
             quantity=order.quantity,
             user_id=order.user_id,
             reservation_id=order.reservation_id,
+            shard=order.shard,
         )
     except Exception as exc:  # Redis away: reconciliation finds the cancelled order not yet returned
         logger.warning("cancel: Redis return of %s deferred to reconciliation: %s", order.order_no, exc)
@@ -498,7 +505,7 @@ def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Orde
     """
     from seckill.keys import ActivityKeys
     from seckill.redis_client import stock_redis
-    from seckill.scripts import ScriptCode, run_purchase
+    from seckill.scripts import ScriptCode, run_reserve
 
     if anomaly.user_id is None:
         raise AnomalyActionError("this anomaly names no shopper to create an order for")
@@ -510,17 +517,19 @@ def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Orde
     activity = Activity.objects.get(pk=anomaly.activity_id)
     quantity = int(anomaly.details.get("quantity") or (anomaly.order.quantity if anomaly.order else 1))
     if activity.status != Activity.Status.ENDED:
-        reply = run_purchase(
+        reply = run_reserve(
             stock_redis(),
             ActivityKeys(activity.pk),
             user_id=anomaly.user_id,
             quantity=quantity,
             limit=activity.per_user_limit,
+            shards=activity.shards,
+            partitions=settings.SECKILL_USER_PARTITIONS,
         )
         if reply.code != ScriptCode.RESERVED:
             reasons = {ScriptCode.DUPLICATE: "the shopper has a reservation", ScriptCode.SOLD_OUT: "sold out"}
             raise AnomalyActionError(f"no unit could be reserved: {reasons.get(reply.code, reply.code)}")
-        entry = LogEntry(reply.reservation_id, anomaly.user_id, quantity, 0)
+        entry = LogEntry(reply.reservation_id, anomaly.user_id, quantity, reply.shard)
         if not orders_create_from_reservations(activity_id=activity.pk, entries=[entry]).created:
             raise AnomalyActionError("the database refused the order (see the new anomaly)")
     else:
@@ -532,7 +541,7 @@ def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Orde
         except InsufficientStock as exc:
             raise AnomalyActionError(f"the database has no stock: {exc}") from exc
         orders_expiry_schedule(orders=inserted)
-    order = Order.objects.get(activity_id=activity.pk, reservation_id=entry.reservation_id)
+    order = Order.objects.get(activity_id=activity.pk, shard=entry.shard, reservation_id=entry.reservation_id)
     AnomalyOrder.objects.filter(pk=anomaly.pk, order__isnull=True).update(order=order)
     _anomaly_log(
         anomaly=anomaly, action="recreate_order", by=by, note=note, result=f"order {order.order_no}", resolve=False
@@ -553,7 +562,11 @@ def anomaly_stock_return(*, anomaly: AnomalyOrder, by, note: str = "") -> str:
             raise AnomalyActionError(f"nothing to return: order {order.order_no} is {order.status}")
         result = f"order {moved[0].order_no} cancelled, {moved[0].quantity} unit(s) returned"
     elif anomaly.reservation_id:
-        entry = reservation_entry(activity_id=anomaly.activity_id, reservation_id=anomaly.reservation_id)
+        entry = reservation_entry(
+            activity_id=anomaly.activity_id,
+            reservation_id=anomaly.reservation_id,
+            shard=int((anomaly.details or {}).get("shard", 0)),
+        )
         if entry and reservation_release(
             activity_id=anomaly.activity_id, entry=entry, free_participant=True, reason="staff"
         ):

@@ -33,7 +33,7 @@ from .keys import ActivityKeys
 from .metrics import FALLBACK_PURCHASES
 from .models import Activity
 from .redis_client import stock_redis
-from .selectors import ActivitySnapshot, live_activities
+from .selectors import ActivitySnapshot, live_activities, redis_stock_totals
 
 logger = logging.getLogger(__name__)
 
@@ -84,17 +84,20 @@ def stock_resync() -> list[int]:
 
     client = stock_redis()
     resynced = []
-    live = live_activities().filter(status=Activity.Status.WARMED).values_list("pk", flat=True)
-    for activity_id in live:
+    live = live_activities().filter(status=Activity.Status.WARMED).values_list("pk", "shards")
+    for activity_id, shards in live:
         keys = ActivityKeys(activity_id)
         sold_by_db = Order.objects.filter(activity_id=activity_id, reservation_id__startswith=DB_PATH_PREFIX).count()
-        stock, synced = client.mget([keys.stock, keys.db_synced])
-        if stock is not None and int(synced or 0) >= sold_by_db:
+
+        def in_sync() -> bool:
+            stock = redis_stock_totals(activity_id=activity_id, shards=shards)[0]  # noqa: B023 - called at once
+            return stock is not None and int(client.get(keys.db_synced) or 0) >= sold_by_db  # noqa: B023
+
+        if in_sync():
             continue
         # One process re-warms an activity at a time; the others find it done.
         with client.lock(keys.resync_lock, timeout=60, blocking_timeout=30):
-            stock, synced = client.mget([keys.stock, keys.db_synced])
-            if stock is not None and int(synced or 0) >= sold_by_db:
+            if in_sync():
                 continue
             result = activity_warmup(activity_id=activity_id, force=True)
             client.set(keys.db_synced, sold_by_db)

@@ -2,18 +2,52 @@
 
 Every key carries the hash tag ``{a<id>}`` so that all keys one script touches live
 in one Redis Cluster slot.
+
+Sharded stock (``Activity.shards`` = S > 1): shard i > 0 has its own tag ``{a<id>s<i>}``
+(its stock, loaded share, log, replay attempts and returned set); shard 0 keeps the
+activity's own tag, so an entry's shard alone names its keys whatever S is. The
+per-user claims live in P user partitions ``{a<id>u<p>}`` (users and failed hashes),
+p = crc32(user id) % SECKILL_USER_PARTITIONS.
 """
 
+import zlib
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class ActivityKeys:
     activity_id: int
+    # "" for the activity itself (and shard 0), "s<i>" for shard i, "u<p>" for partition p.
+    part: str = ""
 
     @property
     def tag(self) -> str:
-        return f"{{a{self.activity_id}}}"
+        return f"{{a{self.activity_id}{self.part}}}"
+
+    def shard(self, index: int) -> "ActivityKeys":
+        """The keys of stock shard ``index``; shard 0 is the activity's own tag."""
+        return ActivityKeys(self.activity_id, f"s{index}" if index else "")
+
+    def shards(self, count: int) -> list["ActivityKeys"]:
+        return [self.shard(i) for i in range(count)]
+
+    def partition(self, index: int) -> "ActivityKeys":
+        """The keys of user partition ``index`` (its ``users`` and ``failed`` hashes)."""
+        return ActivityKeys(self.activity_id, f"u{index}")
+
+    def user_partition(self, user_id: int, partitions: int) -> "ActivityKeys":
+        # crc32, not hash(): the same partition in every process and after restarts.
+        return self.partition(zlib.crc32(str(user_id).encode()) % partitions)
+
+    @property
+    def display(self) -> str:
+        """S > 1: the sum of the shard stocks, refreshed by beat; what pages show."""
+        return f"seckill:{self.tag}:display"
+
+    @property
+    def scan_patterns(self) -> list[str]:
+        """SCAN patterns matching every key of the activity, its shards and partitions."""
+        return [f"*{self.tag}*", f"*{{a{self.activity_id}[su][0-9]*}}*"]
 
     @property
     def stock(self) -> str:
@@ -65,5 +99,15 @@ class ActivityKeys:
 
     def all(self) -> list[str]:
         return [
-            self.stock, self.loaded, self.users, self.log, self.attempts, self.failed, self.returned, self.db_synced
+            self.stock, self.loaded, self.users, self.log, self.attempts, self.failed, self.returned, self.db_synced,
+            self.display,
         ]  # fmt: skip
+
+
+def claim_value(shard: int, reservation_id: str) -> str:
+    """S > 1: what a user partition records for a shopper's reservation."""
+    return f"{shard}:{reservation_id}"
+
+
+# S > 1: the claim while the shard scripts run (no reservation yet).
+CLAIM_PENDING = "*"

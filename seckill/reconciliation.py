@@ -38,6 +38,7 @@ from .keys import ActivityKeys
 from .models import Activity
 from .redis_client import stock_redis
 from .scripts import LogEntry, RedisSnapshot, run_snapshot
+from .selectors import activity_shards
 
 logger = logging.getLogger(__name__)
 
@@ -115,8 +116,11 @@ class Measurement:
         return [e for e in self.unordered if e.timestamp_ms < cutoff_ms]
 
 
-def _redis_state(client: redis.Redis, keys: ActivityKeys) -> _RedisState:
-    return _RedisState(run_snapshot(client, keys), int(client.scard(keys.returned)))
+def _redis_state(client: redis.Redis, keys: ActivityKeys, shards: int) -> _RedisState:
+    """Sharded stock (S > 1): the sums over the shards, each shard read atomically; the
+    bracketing in reconciliation_measure makes the whole consistent."""
+    returned = sum(int(client.scard(k.returned)) for k in keys.shards(shards))
+    return _RedisState(run_snapshot(client, keys, shards=shards), returned)
 
 
 def _db_figures(activity_id: int, redis_state: _RedisState) -> dict:
@@ -137,7 +141,8 @@ def _db_figures(activity_id: int, redis_state: _RedisState) -> dict:
             cancelled_orders=Count("id", filter=Q(status=Order.Status.CANCELLED)),
             pending_overdue=Count("id", filter=Q(status=Order.Status.PENDING, pay_deadline__lte=timezone.now())),
         )
-        ordered_log_ids = set(orders.filter(reservation_id__in=log_ids).values_list("reservation_id", flat=True))
+        # (shard, id): log ids are unique per shard only.
+        ordered_log_ids = set(orders.filter(reservation_id__in=log_ids).values_list("shard", "reservation_id"))
         not_deducted = list(
             orders.filter(status__in=Order.LIVE_STATUSES)
             .exclude(stock_movements__kind=StockMovement.Kind.DEDUCT)
@@ -173,11 +178,15 @@ def _db_figures(activity_id: int, redis_state: _RedisState) -> dict:
 def _not_returned(client: redis.Redis, keys: ActivityKeys, db: dict) -> list[Order]:
     """Cancelled orders whose units Redis has not taken back. The set holds only
     cancelled orders, so equal sizes mean all are in it and no lookup is needed."""
-    candidates, missing = db["cancelled_since_warm"], []
-    for i in range(0, len(candidates), _MEMBER_CHUNK):
-        chunk = candidates[i : i + _MEMBER_CHUNK]
-        flags = client.smismember(keys.returned, [o.order_no for o in chunk])
-        missing += [o for o, present in zip(chunk, flags, strict=True) if not present]
+    by_shard: dict[int, list[Order]] = {}
+    for order in db["cancelled_since_warm"]:
+        by_shard.setdefault(order.shard, []).append(order)
+    missing = []
+    for shard, candidates in sorted(by_shard.items()):
+        for i in range(0, len(candidates), _MEMBER_CHUNK):
+            chunk = candidates[i : i + _MEMBER_CHUNK]
+            flags = client.smismember(keys.shard(shard).returned, [o.order_no for o in chunk])
+            missing += [o for o, present in zip(chunk, flags, strict=True) if not present]
     return missing
 
 
@@ -185,13 +194,13 @@ def reconciliation_measure(*, activity_id: int) -> Measurement:
     """Redis, then the database, then Redis again; equal Redis reads bracket a
     consistent database read (orders are committed before their log entry goes, and a
     cancel commits before its units return)."""
-    client, keys = stock_redis(), ActivityKeys(activity_id)
-    before = _redis_state(client, keys)
+    client, keys, shards = stock_redis(), ActivityKeys(activity_id), activity_shards(activity_id)
+    before = _redis_state(client, keys, shards)
     consistent = False
     for _ in range(_SNAPSHOT_TRIES):
         db = _db_figures(activity_id, before)
         not_returned = _not_returned(client, keys, db)
-        after = _redis_state(client, keys)
+        after = _redis_state(client, keys, shards)
         if after == before:
             consistent = True
             break
@@ -203,7 +212,7 @@ def reconciliation_measure(*, activity_id: int) -> Measurement:
         redis=snapshot,
         db=db,
         consistent=consistent,
-        unordered=[e for e in snapshot.log if e.reservation_id not in db["ordered_log_ids"]],
+        unordered=[e for e in snapshot.log if (e.shard, e.reservation_id) not in db["ordered_log_ids"]],
         not_returned=not_returned,
     )
 

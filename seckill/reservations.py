@@ -1,74 +1,148 @@
 """The Redis side of a reservation after the purchase script: read the log, acknowledge
-entries that became orders, release entries that never will."""
+entries that became orders, release entries that never will.
+
+With sharded stock (S > 1) every entry lives in the log of the shard it was taken
+from (``LogEntry.shard``), and the shopper's claim in their user partition."""
 
 from collections.abc import Iterable
 
-from .keys import ActivityKeys
+from django.conf import settings
+
+from .keys import ActivityKeys, claim_value
 from .redis_client import stock_redis
-from .scripts import LogEntry, parse_log_entry, run_release, run_return
+from .scripts import (
+    LogEntry,
+    parse_log_entry,
+    run_claim_settle,
+    run_release,
+    run_return,
+    run_shard_release,
+    run_shard_return,
+)
+from .selectors import activity_shards
 
 
 def reservations_pending(
-    *, activity_id: int, after: str | None = None, older_than_ms: int | None = None, count: int = 1000
+    *,
+    activity_id: int,
+    after: str | None = None,
+    older_than_ms: int | None = None,
+    count: int = 1000,
+    shard: int | None = None,
 ) -> list[LogEntry]:
     """Log entries (reservations without an acknowledged order), oldest first.
 
     ``after``: only entries after this reservation id; ``older_than_ms``: only entries
-    made before this Unix time in milliseconds.
+    made before this Unix time in milliseconds. ``shard``: that shard's log only; None
+    reads every shard (``after`` then applies to each shard's log).
     """
     start = f"({after}" if after else "-"
     end = f"({older_than_ms}-0" if older_than_ms is not None else "+"
-    entries = stock_redis().xrange(ActivityKeys(activity_id).log, min=start, max=end, count=count)
-    return [parse_log_entry(eid, fields) for eid, fields in entries]
+    shards = [shard] if shard is not None else range(activity_shards(activity_id))
+    client, keys, found = stock_redis(), ActivityKeys(activity_id), []
+    for index in shards:
+        entries = client.xrange(keys.shard(index).log, min=start, max=end, count=count - len(found))
+        found += [parse_log_entry(eid, fields) for eid, fields in entries]
+        if len(found) >= count:
+            break
+    return found
 
 
-def reservations_acknowledge(*, activity_id: int, reservation_ids: Iterable[str]) -> None:
+def reservations_acknowledge(*, activity_id: int, reservation_ids: Iterable[str], shard: int = 0) -> None:
     """Drop entries whose orders exist: the log holds only what still needs an order."""
     ids = list(reservation_ids)
     if not ids:
         return
-    keys = ActivityKeys(activity_id)
+    keys = ActivityKeys(activity_id).shard(shard)
     pipe = stock_redis().pipeline(transaction=False)
     pipe.xdel(keys.log, *ids)
     pipe.hdel(keys.attempts, *ids)
     pipe.execute()
 
 
-def reservation_attempt(*, activity_id: int, reservation_id: str) -> int:
+def reservations_acknowledge_entries(*, activity_id: int, entries: Iterable[LogEntry]) -> None:
+    """``reservations_acknowledge`` for entries of any shards, grouped by shard."""
+    by_shard: dict[int, list[str]] = {}
+    for entry in entries:
+        by_shard.setdefault(entry.shard, []).append(entry.reservation_id)
+    for shard, ids in by_shard.items():
+        reservations_acknowledge(activity_id=activity_id, reservation_ids=ids, shard=shard)
+
+
+def reservation_attempt(*, activity_id: int, reservation_id: str, shard: int = 0) -> int:
     """Count one more replay attempt; returns the count so far."""
-    return int(stock_redis().hincrby(ActivityKeys(activity_id).attempts, reservation_id, 1))
+    return int(stock_redis().hincrby(ActivityKeys(activity_id).shard(shard).attempts, reservation_id, 1))
 
 
 def reservation_release(
-    *, activity_id: int, entry: LogEntry, free_participant: bool, reason: str, live_reservation_id: str = ""
+    *,
+    activity_id: int,
+    entry: LogEntry,
+    free_participant: bool,
+    reason: str,
+    live_reservation_id: str = "",
+    live_shard: int = 0,
 ) -> bool:
     """Return a reservation's units to Redis; True if this call released it.
 
-    ``live_reservation_id``: when the shopper keeps a live order, the participant record
-    points at that order's reservation again (so cancelling it frees the shopper).
+    ``live_reservation_id`` (of shard ``live_shard``): when the shopper keeps a live
+    order, the participant record points at that order's reservation again (so
+    cancelling it frees the shopper).
     """
-    released = run_release(
-        stock_redis(),
-        ActivityKeys(activity_id),
-        reservation_id=entry.reservation_id,
-        user_id=entry.user_id,
-        quantity=entry.quantity,
-        free_participant=free_participant,
-        reason=reason,
-        live_reservation_id=live_reservation_id,
-    )
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    shards = activity_shards(activity_id)
+    if shards == 1:
+        released = run_release(
+            client,
+            keys,
+            reservation_id=entry.reservation_id,
+            user_id=entry.user_id,
+            quantity=entry.quantity,
+            free_participant=free_participant,
+            reason=reason,
+            live_reservation_id=live_reservation_id,
+        )
+    else:
+        # Two slots, two steps: the shard first (idempotent by the log entry), then the claim.
+        released = run_shard_release(
+            client, keys.shard(entry.shard), reservation_id=entry.reservation_id, quantity=entry.quantity
+        )
+        if released:
+            if free_participant:
+                new, why = "", reason
+            else:
+                new, why = (claim_value(live_shard, live_reservation_id) if live_reservation_id else ""), ""
+            if free_participant or new:
+                run_claim_settle(
+                    client,
+                    keys.user_partition(entry.user_id, settings.SECKILL_USER_PARTITIONS),
+                    user_id=entry.user_id,
+                    expected=claim_value(entry.shard, entry.reservation_id),
+                    new=new,
+                    reason=why,
+                )
     if released:
-        stock_redis().hdel(ActivityKeys(activity_id).attempts, entry.reservation_id)
+        client.hdel(keys.shard(entry.shard).attempts, entry.reservation_id)
     return released
 
 
-def order_units_return(*, activity_id: int, order_no: str, quantity: int, user_id: int, reservation_id: str) -> bool:
-    """Put a cancelled order's units back in Redis and free the shopper; once per order."""
-    return run_return(
-        stock_redis(),
-        ActivityKeys(activity_id),
-        order_no=order_no,
-        quantity=quantity,
-        user_id=user_id,
-        reservation_id=reservation_id,
-    )
+def order_units_return(
+    *, activity_id: int, order_no: str, quantity: int, user_id: int, reservation_id: str, shard: int = 0
+) -> bool:
+    """Put a cancelled order's units back in Redis (the shard they came from) and free
+    the shopper; once per order."""
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    if activity_shards(activity_id) == 1:
+        return run_return(
+            client, keys, order_no=order_no, quantity=quantity, user_id=user_id, reservation_id=reservation_id
+        )
+    returned = run_shard_return(client, keys.shard(shard), order_no=order_no, quantity=quantity)
+    if returned:
+        run_claim_settle(
+            client,
+            keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS),
+            user_id=user_id,
+            expected=claim_value(shard, reservation_id),
+            new="",
+        )
+    return returned

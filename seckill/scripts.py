@@ -1,13 +1,14 @@
 """The Lua scripts of the stock engine, each a `.lua` file loaded once into redis-py's
 ``Script`` (EVALSHA, reloaded on NOSCRIPT). The client is passed at call time."""
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 from redis.commands.core import Script
 
-from .keys import ActivityKeys
+from .keys import CLAIM_PENDING, ActivityKeys, claim_value
 from .metrics import script_timer
 
 _LUA_DIR = Path(__file__).parent / "lua"
@@ -23,6 +24,14 @@ RELEASE = _load("release")
 WARMUP = _load("warmup")
 SNAPSHOT = _load("snapshot")
 RETURN = _load("return")
+CLAIM = _load("claim")
+CLAIM_SETTLE = _load("claim_settle")
+SHARD_PURCHASE = _load("shard_purchase")
+SHARD_RELEASE = _load("shard_release")
+SHARD_RETURN = _load("shard_return")
+
+# Sharded stock: shards tried per purchase before "sold out" (a random one, then two more).
+SHARD_TRIES = 3
 
 
 class ScriptCode:
@@ -38,6 +47,78 @@ class PurchaseReply:
     code: int
     remaining: int
     reservation_id: str
+    shard: int = 0
+
+
+def run_reserve(
+    client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
+) -> PurchaseReply:
+    """The purchase in Redis: the single-key script when ``shards`` is 1, else the sharded steps."""
+    if shards == 1:
+        return run_purchase(client, keys, user_id=user_id, quantity=quantity, limit=limit)
+    return _run_purchase_sharded(
+        client, keys, user_id=user_id, quantity=quantity, limit=limit, shards=shards, partitions=partitions
+    )
+
+
+def _run_purchase_sharded(
+    client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
+) -> PurchaseReply:
+    """Claim the shopper in their partition, then try a random shard and up to two more
+    distinct ones; on success the claim records the reservation, otherwise it is released.
+
+    Each script touches one slot. Known limit: with S > 3 a purchase may be refused
+    ``sold_out`` while an untried shard still holds units; later buyers get them.
+    """
+    part = keys.user_partition(user_id, partitions)
+    with script_timer("claim"):
+        claimed = CLAIM(keys=[part.users, part.failed], args=[user_id, CLAIM_PENDING], client=client)
+    if not claimed:
+        return PurchaseReply(ScriptCode.DUPLICATE, 0, "")
+    reply = PurchaseReply(ScriptCode.SOLD_OUT, 0, "")
+    # A Redis error on the way leaves the claim pending: a timed-out script may have
+    # reserved, and a shopper blocked is safer than one who can buy twice.
+    for shard in random.sample(range(shards), min(SHARD_TRIES, shards)):
+        shard_keys = keys.shard(shard)
+        with script_timer("shard_purchase"):
+            code, remaining, reservation = SHARD_PURCHASE(
+                keys=[shard_keys.stock, shard_keys.log], args=[user_id, quantity, limit, shard], client=client
+            )
+        if isinstance(reservation, bytes):
+            reservation = reservation.decode()
+        reply = PurchaseReply(int(code), int(remaining), reservation, shard)
+        if reply.code != ScriptCode.SOLD_OUT:
+            break
+    # Reserved: the claim names the reservation (so release and return find it);
+    # otherwise the shopper is free to try again.
+    reserved = reply.code == ScriptCode.RESERVED
+    new = claim_value(reply.shard, reply.reservation_id) if reserved else ""
+    run_claim_settle(client, part, user_id=user_id, expected=CLAIM_PENDING, new=new)
+    return reply
+
+
+def run_claim_settle(
+    client: redis.Redis, partition: ActivityKeys, *, user_id: int, expected: str, new: str, reason: str = ""
+) -> bool:
+    with script_timer("claim_settle"):
+        changed = CLAIM_SETTLE(
+            keys=[partition.users, partition.failed], args=[user_id, expected, new, reason], client=client
+        )
+    return bool(changed)
+
+
+def run_shard_release(client: redis.Redis, shard_keys: ActivityKeys, *, reservation_id: str, quantity: int) -> bool:
+    with script_timer("shard_release"):
+        released = SHARD_RELEASE(
+            keys=[shard_keys.stock, shard_keys.log], args=[reservation_id, quantity], client=client
+        )
+    return bool(released)
+
+
+def run_shard_return(client: redis.Redis, shard_keys: ActivityKeys, *, order_no: str, quantity: int) -> bool:
+    with script_timer("shard_return"):
+        returned = SHARD_RETURN(keys=[shard_keys.stock, shard_keys.returned], args=[order_no, quantity], client=client)
+    return bool(returned)
 
 
 def run_purchase(
@@ -124,6 +205,8 @@ class RedisSnapshot:
     stock: int | None
     loaded: int | None
     log: tuple[LogEntry, ...]
+    # S > 1: each shard's stock (``stock`` is their sum); () for a single key.
+    shard_stocks: tuple[int | None, ...] = ()
 
     @property
     def warmed(self) -> bool:
@@ -134,7 +217,18 @@ class RedisSnapshot:
         return sum(e.quantity for e in self.log)
 
 
-def run_snapshot(client: redis.Redis, keys: ActivityKeys) -> RedisSnapshot:
+def run_snapshot(client: redis.Redis, keys: ActivityKeys, *, shards: int = 1) -> RedisSnapshot:
+    """One shard's state read atomically; with ``shards`` > 1 the sum of the shards
+    (stock and loaded: None if any shard lacks it), logs ordered by (shard, id)."""
+    if shards > 1:
+        parts = [run_snapshot(client, shard_keys) for shard_keys in keys.shards(shards)]
+        stocks, loads = [p.stock for p in parts], [p.loaded for p in parts]
+        return RedisSnapshot(
+            stock=None if None in stocks else sum(stocks),
+            loaded=None if None in loads else sum(loads),
+            log=tuple(e for p in parts for e in p.log),
+            shard_stocks=tuple(stocks),
+        )
     with script_timer("snapshot"):
         stock, loaded, entries = SNAPSHOT(keys=[keys.stock, keys.loaded, keys.log], client=client)
     return RedisSnapshot(
@@ -142,3 +236,9 @@ def run_snapshot(client: redis.Redis, keys: ActivityKeys) -> RedisSnapshot:
         loaded=int(loaded) if loaded is not None else None,
         log=tuple(parse_log_entry(eid, fields) for eid, fields in entries),
     )
+
+
+def warmup_shares(total: int, shards: int) -> list[int]:
+    """``total`` split evenly over the shards (the first ones take the remainder)."""
+    base, extra = divmod(total, shards)
+    return [base + (1 if i < extra else 0) for i in range(shards)]

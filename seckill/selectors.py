@@ -74,20 +74,46 @@ def activity_snapshot_forget(activity_id: int | None = None) -> None:
             _cache.pop(activity_id, None)
 
 
+def activity_shards(activity_id: int) -> int:
+    """S of an activity (fixed once warmed), from the process's activity cache."""
+    snapshot = activity_snapshot(activity_id)
+    return snapshot.shards if snapshot is not None else 1
+
+
+def redis_stock_totals(*, activity_id: int, shards: int) -> tuple[int | None, int | None]:
+    """(stock, loaded) summed over the shards; each None when any shard lacks it."""
+    keys = ActivityKeys(activity_id)
+    if shards == 1:
+        values = stock_redis().mget([keys.stock, keys.loaded])
+    else:
+        # A pipeline, not MGET: the shards live in different Redis Cluster slots.
+        pipe = stock_redis().pipeline(transaction=False)
+        for shard in keys.shards(shards):
+            pipe.get(shard.stock)
+            pipe.get(shard.loaded)
+        values = pipe.execute()
+    stocks, loads = values[::2], values[1::2]
+    return (
+        None if None in stocks else sum(int(v) for v in stocks),
+        None if None in loads else sum(int(v) for v in loads),
+    )
+
+
 def redis_remaining(activity_id: int) -> int | None:
-    """Units Redis may still sell, or None when the activity is not warmed."""
-    value = stock_redis().get(ActivityKeys(activity_id).stock)
-    return int(value) if value is not None else None
+    """Units Redis may still sell (every shard), or None when the activity is not warmed."""
+    return redis_stock_totals(activity_id=activity_id, shards=activity_shards(activity_id))[0]
 
 
 def redis_remaining_many(activity_ids: list[int]) -> dict[int, int | None]:
+    """What pages show: the stock key, or (S > 1) the display total beat refreshes."""
     if not activity_ids:
         return {}
     # One GET per activity in a pipeline, not MGET: the keys live in different Redis
     # Cluster slots, and a cluster pipeline routes each command to its node.
     pipe = stock_redis().pipeline(transaction=False)
     for activity_id in activity_ids:
-        pipe.get(ActivityKeys(activity_id).stock)
+        keys = ActivityKeys(activity_id)
+        pipe.get(keys.stock if activity_shards(activity_id) == 1 else keys.display)
     values = pipe.execute()
     return {a: (int(v) if v is not None else None) for a, v in zip(activity_ids, values, strict=True)}
 
@@ -106,6 +132,8 @@ def purchase_result(*, activity_id: int, user_id: int) -> tuple[str, object]:
     if latest is not None and latest.status in Order.LIVE_STATUSES:
         return "ordered", latest
     keys = ActivityKeys(activity_id)
+    if activity_shards(activity_id) > 1:
+        keys = keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
     pipe = stock_redis().pipeline(transaction=False)
     pipe.hget(keys.users, user_id)
     pipe.hget(keys.failed, user_id)

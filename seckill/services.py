@@ -17,12 +17,12 @@ from inventory.services import stock_create, stock_set_total
 from orders.models import AnomalyOrder, Order
 
 from .errors import ApiError
-from .keys import ActivityKeys
+from .keys import ActivityKeys, claim_value
 from .models import Activity
 from .redis_client import stock_redis
 from .reservations import reservation_attempt, reservation_release, reservations_pending
-from .scripts import LogEntry, ScriptCode, run_purchase, run_warmup
-from .selectors import ActivitySnapshot, activity_snapshot_forget
+from .scripts import LogEntry, ScriptCode, run_reserve, run_warmup, warmup_shares
+from .selectors import ActivitySnapshot, activity_snapshot_forget, redis_stock_totals
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +182,8 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
     activity = Activity.objects.get(pk=activity_id)
     if activity.status == Activity.Status.ENDED:
         raise WarmupError(f"activity {activity_id} has ended and been cleaned up; it cannot be warmed")
-    client, keys = stock_redis(), ActivityKeys(activity_id)
-    current = client.get(keys.stock)
+    client, keys, shards = stock_redis(), ActivityKeys(activity_id), activity.shards
+    current, _ = redis_stock_totals(activity_id=activity_id, shards=shards)
     started = timezone.now() >= activity.start_at
     if current is not None and started and not force:
         raise WarmupError(
@@ -196,7 +196,7 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
     for _ in range(_WARMUP_TRIES):
         # Redis and the database read as one consistent picture (the reconciliation's).
         redis_state, db = reconciliation_snapshot(activity_id=activity_id)
-        unordered = [e for e in redis_state.log if e.reservation_id not in db["ordered_log_ids"]]
+        unordered = [e for e in redis_state.log if (e.shard, e.reservation_id) not in db["ordered_log_ids"]]
         unordered_units = sum(e.quantity for e in unordered)
         if db["db_total"] != activity.total_stock:
             raise WarmupError(
@@ -208,28 +208,49 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
                 f"cannot warm: database available {db['db_available']} - safety {activity.safety_stock} "
                 f"- unordered reservations {unordered_units} is negative; reconcile first"
             )
-        participants = dict(
-            Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES).values_list(
-                "user_id", "reservation_id"
-            )
-        )
-        participants.update({e.user_id: e.reservation_id for e in unordered})
-        items = list(participants.items())
-        for i in range(0, len(items), 1000):
-            client.hset(keys.users, mapping=dict(items[i : i + 1000]))
+        live = Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES)
+        if shards == 1:
+            participants = dict(live.values_list("user_id", "reservation_id"))
+            participants.update({e.user_id: e.reservation_id for e in unordered})
+        else:
+            participants = {u: claim_value(s, r) for u, s, r in live.values_list("user_id", "shard", "reservation_id")}
+            participants.update({e.user_id: claim_value(e.shard, e.reservation_id) for e in unordered})
+        _participants_restore(client, keys, participants, shards=shards)
         # Compare-and-set against the stock the picture was taken with: a purchase or a
         # release in between changes it, and the derivation is taken again.
-        if run_warmup(
-            client, keys, remaining=remaining, loaded=activity.redis_loaded_units, expected=redis_state.stock
-        ):
+        if shards == 1:
+            written = run_warmup(
+                client, keys, remaining=remaining, loaded=activity.redis_loaded_units, expected=redis_state.stock
+            )
+        else:
+            # Each shard gets an even share of the stock and of ``loaded`` (their sums are
+            # the activity's); every shard must be written in the same round.
+            expected = redis_state.shard_stocks
+            shares = zip(
+                warmup_shares(remaining, shards), warmup_shares(activity.redis_loaded_units, shards), strict=True
+            )
+            written = all(
+                [
+                    run_warmup(client, keys.shard(i), remaining=r, loaded=loaded, expected=expected[i])
+                    for i, (r, loaded) in enumerate(shares)
+                ]
+            )
+        if written:
             break
     else:
         raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
 
     # Read back what Redis holds now and compare it with the database. Once the sale
     # runs, purchases may already have moved the stock; the loaded units may not move.
-    read_stock, read_loaded = client.mget([keys.stock, keys.loaded])
-    if int(read_loaded) != activity.redis_loaded_units or (not started and int(read_stock) != remaining):
+    read_stock, read_loaded = redis_stock_totals(activity_id=activity_id, shards=shards)
+    if shards > 1:
+        display_total_refresh(activity_id=activity_id, shards=shards)
+    if (
+        read_stock is None
+        or read_loaded is None
+        or int(read_loaded) != activity.redis_loaded_units
+        or (not started and int(read_stock) != remaining)
+    ):
         raise WarmupError(
             f"read-back mismatch: Redis holds stock={read_stock!r} loaded={read_loaded!r}, "
             f"expected {remaining} and {activity.redis_loaded_units}"
@@ -248,6 +269,30 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
         unordered_units=unordered_units,
         participants=len(participants),
     )
+
+
+def _participants_restore(client, keys: ActivityKeys, participants: dict, *, shards: int) -> None:
+    """Write the shoppers' records: the activity's users hash, or (S > 1) their partitions."""
+    by_hash: dict[str, dict] = {}
+    for user_id, value in participants.items():
+        target = keys if shards == 1 else keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+        by_hash.setdefault(target.users, {})[user_id] = value
+    for name, mapping in by_hash.items():
+        items = list(mapping.items())
+        for i in range(0, len(items), 1000):
+            client.hset(name, mapping=dict(items[i : i + 1000]))
+
+
+def display_total_refresh(*, activity_id: int, shards: int) -> int | None:
+    """S > 1: store the sum of the shard stocks where pages read the remaining units
+    (removed while any shard is not warmed, so pages show "not warmed" then)."""
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    stock, _ = redis_stock_totals(activity_id=activity_id, shards=shards)
+    if stock is None:
+        client.delete(keys.display)
+    else:
+        client.set(keys.display, stock)
+    return stock
 
 
 # --- the purchase ---------------------------------------------------------------
@@ -278,8 +323,14 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     try:
         if ticket == "probe":
             stock_resync()
-        reply = run_purchase(
-            stock_redis(), activity.keys, user_id=user_id, quantity=quantity, limit=activity.per_user_limit
+        reply = run_reserve(
+            stock_redis(),
+            activity.keys,
+            user_id=user_id,
+            quantity=quantity,
+            limit=activity.per_user_limit,
+            shards=activity.shards,
+            partitions=settings.SECKILL_USER_PARTITIONS,
         )
     except redis.TimeoutError as exc:
         # The script may have run: the outcome is unknown, so no second path may sell.
@@ -297,7 +348,7 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     breaker.record_success()
 
     if reply.code == ScriptCode.RESERVED:
-        _enqueue_order(activity.id, LogEntry(reply.reservation_id, user_id, quantity, 0))
+        _enqueue_order(activity.id, LogEntry(reply.reservation_id, user_id, quantity, reply.shard))
         return Reserved(reply.reservation_id, reply.remaining)
     if reply.code == ScriptCode.DUPLICATE:
         raise ApiError(409, "duplicate", "You have already taken part in this sale.")
@@ -350,15 +401,25 @@ def reservations_replay(*, activity_id: int, grace_seconds: float | None = None)
     and an anomaly opened. A database outage counts no attempt: the orders appear
     when it returns.
     """
-    from orders.services import anomaly_open, orders_create_from_reservations
+    from .selectors import activity_shards
 
     grace = settings.SECKILL_REPLAY_GRACE if grace_seconds is None else grace_seconds
     cutoff_ms = int((time.time() - grace) * 1000)
     outcome = ReplayOutcome(activity_id)
+    for shard in range(activity_shards(activity_id)):  # each shard's log in turn
+        _replay_shard(activity_id, shard, cutoff_ms, outcome)
+    return outcome
+
+
+def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayOutcome) -> None:
+    from orders.services import anomaly_open, orders_create_from_reservations
+
     batch_size = settings.SECKILL_ORDER_BATCH_SIZE
     after = None
     while True:
-        batch = reservations_pending(activity_id=activity_id, after=after, older_than_ms=cutoff_ms, count=batch_size)
+        batch = reservations_pending(
+            activity_id=activity_id, after=after, older_than_ms=cutoff_ms, count=batch_size, shard=shard
+        )
         if not batch:
             break
         after = batch[-1].reservation_id
@@ -378,20 +439,26 @@ def reservations_replay(*, activity_id: int, grace_seconds: float | None = None)
             except (OperationalError, InterfaceError):
                 raise
             except DatabaseError as exc:
-                attempts = reservation_attempt(activity_id=activity_id, reservation_id=entry.reservation_id)
+                attempts = reservation_attempt(
+                    activity_id=activity_id, reservation_id=entry.reservation_id, shard=entry.shard
+                )
                 logger.warning("replay: reservation %s failed (attempt %s): %s", entry.reservation_id, attempts, exc)
                 if attempts >= settings.SECKILL_REPLAY_MAX_ATTEMPTS:
                     anomaly_open(
                         kind=AnomalyOrder.Kind.REPLAY_EXHAUSTED,
                         activity_id=activity_id,
                         entry=entry,
-                        details={"quantity": entry.quantity, "error": str(exc)[:500], "attempts": attempts},
+                        details={
+                            "quantity": entry.quantity,
+                            "shard": entry.shard,
+                            "error": str(exc)[:500],
+                            "attempts": attempts,
+                        },
                     )
                     reservation_release(
                         activity_id=activity_id, entry=entry, free_participant=True, reason="replay_exhausted"
                     )
                     outcome.released += 1
-    return outcome
 
 
 def reservations_drain(*, activity_id: int) -> ReplayOutcome:
@@ -423,8 +490,8 @@ def activity_close(*, activity_id: int) -> dict:
         raise WarmupError(f"activity {activity_id} has not ended (or ended less than a moment ago); try again later")
     replay = reservations_drain(activity_id=activity_id)
     report = reconcile(activity_id=activity_id, final=True)
-    keys = ActivityKeys(activity_id)
-    if stock_redis().xlen(keys.log):
+    shards = ActivityKeys(activity_id).shards(activity.shards)
+    if any(stock_redis().xlen(k.log) for k in shards):
         raise WarmupError(f"activity {activity_id}: reservations still without orders; keys kept, try again")
     # ENDED first: from now on nothing writes the activity's Redis state again.
     Activity.objects.filter(pk=activity_id).update(status=Activity.Status.ENDED)
@@ -443,15 +510,20 @@ def activity_keys_remove(*, activity_id: int, batch_size: int = 500) -> int:
     key carrying the activity's hash tag (SCAN). UNLINK frees big hashes and streams in
     the background, so even a million participants do not block Redis."""
     client, keys = stock_redis(), ActivityKeys(activity_id)
-    removed = client.unlink(*keys.all())
-    batch: list = []
-    for key in client.scan_iter(match=f"*{keys.tag}*", count=1000):
-        batch.append(key)
-        if len(batch) >= batch_size:
-            removed += client.unlink(*batch)
-            batch.clear()
-    if batch:
-        removed += client.unlink(*batch)
+    shards = Activity.objects.filter(pk=activity_id).values_list("shards", flat=True).first() or 1
+    removed = 0
+    # One UNLINK per hash tag: each stays within one Cluster slot.
+    for part in keys.shards(shards) + [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)]:
+        removed += client.unlink(*part.all())
+    for pattern in keys.scan_patterns:
+        batch: list = []
+        for key in client.scan_iter(match=pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= batch_size:
+                removed += sum(client.unlink(k) for k in batch)
+                batch.clear()
+        if batch:
+            removed += sum(client.unlink(k) for k in batch)
     return removed
 
 

@@ -16,6 +16,7 @@ from .services import (
     activity_close,
     activity_token_ensure,
     activity_warmup,
+    display_total_refresh,
     reservations_replay,
 )
 
@@ -108,4 +109,18 @@ def reconcile_live_task() -> dict:
             logger.error("reconciliation of activity %s failed, next run retries: %s", activity_id, exc)
             continue
         results[activity_id] = report["identity_ok"]
+    return results
+
+
+@shared_task
+def display_totals_task() -> dict:
+    """Sharded activities (S > 1): sum the shard stocks into the display total pages
+    read (every SECKILL_DISPLAY_INTERVAL seconds); S = 1 pages read the stock key."""
+    results = {}
+    sharded = live_activities().filter(status=Activity.Status.WARMED, shards__gt=1).values_list("pk", "shards")
+    for activity_id, shards in sharded:
+        try:
+            results[activity_id] = display_total_refresh(activity_id=activity_id, shards=shards)
+        except redis.RedisError as exc:
+            logger.warning("display total of activity %s not refreshed: %s", activity_id, exc)
     return results

@@ -209,6 +209,11 @@ SECKILL_BREAKER_RESET = env.float("SECKILL_BREAKER_RESET", default=5.0)
 # Purchases one web process runs on the database path at once while Redis is away;
 # beyond it the answer is 503 busy. Keep processes x cap well under the pool size.
 SECKILL_FALLBACK_CONCURRENCY = env.int("SECKILL_FALLBACK_CONCURRENCY", default=4)
+# Sharded stock (Activity.shards > 1): user partitions holding the per-user claims (never
+# change it while a sharded activity is live), and how often beat sums the shards into
+# the display total pages show.
+SECKILL_USER_PARTITIONS = env.int("SECKILL_USER_PARTITIONS", default=16)
+SECKILL_DISPLAY_INTERVAL = env.float("SECKILL_DISPLAY_INTERVAL", default=2.0)
 
 # Logs: every line carries the request id; DJANGO_LOG_FORMAT=json for one JSON object per line.
 LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
@@ -237,6 +242,7 @@ CELERY_BEAT_SCHEDULE = {
     "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": SECKILL_AUTOWARM_INTERVAL},
     "seckill-close": {"task": "seckill.tasks.activities_close_task", "schedule": 30.0},
     "seckill-reconcile": {"task": "seckill.tasks.reconcile_live_task", "schedule": SECKILL_RECONCILE_INTERVAL},
+    "seckill-display": {"task": "seckill.tasks.display_totals_task", "schedule": SECKILL_DISPLAY_INTERVAL},
     "orders-expire-sweep": {
         "task": "orders.tasks.orders_expire_overdue_task",
         "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,

@@ -1,0 +1,16 @@
+-- Sharded stock (S > 1): give a reservation's units back to its shard; the caller then
+-- settles the shopper's claim in the user partition (claim_settle.lua).
+-- Idempotent: acts only while the reservation is still in the shard's log.
+--
+-- KEYS[1] stock (of the shard)   KEYS[2] log (of the shard)
+-- ARGV[1] reservation id   ARGV[2] quantity
+--
+-- Returns 1 when released, 0 when it had been released (or ordered) before.
+if redis.call('XDEL', KEYS[2], ARGV[1]) == 0 then
+  return 0
+end
+-- No stock key: the next warm-up derives the stock from the database and the logs.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('INCRBY', KEYS[1], ARGV[2])
+end
+return 1

@@ -1,0 +1,14 @@
+-- Sharded stock (S > 1): give the units of a cancelled order back to the shard they
+-- came from, once; the caller then frees the shopper's claim (claim_settle.lua).
+--
+-- KEYS[1] stock (of the shard)   KEYS[2] returned (set of order numbers, of the shard)
+-- ARGV[1] order number   ARGV[2] quantity
+--
+-- Returns 1 when returned now, 0 when it had been returned before.
+if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
+  return 0
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('INCRBY', KEYS[1], ARGV[2])
+end
+return 1
