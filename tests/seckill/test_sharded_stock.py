@@ -1,0 +1,253 @@
+"""Sharded stock (Activity.shards = S > 1) on a single Redis: the purchase claims the
+shopper in a user partition, then takes units from a random shard (up to three tries);
+everything after the purchase (order, ack, release, return, replay, warm-up,
+reconciliation, close) uses the shard the units came from.
+
+The concurrency invariants with S = 8 run against real gunicorn and Celery processes;
+the same on a real Redis Cluster is in tests/cluster/test_cluster_concurrency.py.
+"""
+
+import random
+
+import pytest
+from django.conf import settings
+from django.db.models import Sum
+from rest_framework.test import APIClient
+
+from inventory.models import SeckillStock
+from orders.models import Order
+from orders.services import order_cancel, orders_create_from_reservations
+from seckill.keys import ActivityKeys, claim_value
+from seckill.reconciliation import reconcile
+from seckill.redis_client import stock_redis
+from seckill.reservations import reservations_pending
+from seckill.scripts import ScriptCode, run_reserve
+from seckill.selectors import purchase_result, redis_remaining, redis_remaining_many
+from seckill.services import activity_keys_remove, activity_token_ensure, activity_warmup, reservations_replay
+from seckill.tasks import display_totals_task
+
+from ..factories import make_activity, make_users, token_of
+from .test_purchase_concurrency import _assert_settled, _hammer
+
+SHARDS = 8
+
+
+def shard_stocks(activity) -> list[int | None]:
+    client, keys = stock_redis(), ActivityKeys(activity.pk)
+    return [None if (v := client.get(k.stock)) is None else int(v) for k in keys.shards(activity.shards)]
+
+
+def reserve(activity, user_id: int, quantity: int = 1):
+    return run_reserve(
+        stock_redis(),
+        ActivityKeys(activity.pk),
+        user_id=user_id,
+        quantity=quantity,
+        limit=activity.per_user_limit,
+        shards=activity.shards,
+        partitions=settings.SECKILL_USER_PARTITIONS,
+    )
+
+
+def claim_of(activity, user_id: int) -> bytes | None:
+    part = ActivityKeys(activity.pk).user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+    return stock_redis().hget(part.users, user_id)
+
+
+def assert_identity(activity) -> dict:
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"], report
+    return report
+
+
+# --- concurrency (real processes) ------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_1000_shoppers_100_units_on_8_shards(web_server, celery_worker):
+    activity = make_activity(stock=100, shards=SHARDS)
+    users = make_users(1000)
+    statuses = _hammer(web_server, activity, users, [1] * 1000)
+    assert statuses.count(202) == 100, sorted(set(statuses))
+    assert statuses.count(410) == 900
+    _assert_settled(activity, 100)
+    assert shard_stocks(activity) == [0] * SHARDS
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_mixed_quantities_limit_3_on_8_shards(web_server, celery_worker):
+    activity = make_activity(stock=100, per_user_limit=3, shards=SHARDS)
+    users = make_users(600)
+    rng = random.Random(42)
+    statuses = _hammer(web_server, activity, users, [rng.randint(1, 3) for _ in users])
+    assert set(statuses) <= {202, 410}, sorted(set(statuses))
+    _assert_settled(activity, 100)
+    assert shard_stocks(activity) == [0] * SHARDS
+    assert not Order.objects.filter(activity=activity, quantity__gt=3).exists()
+
+
+# --- the purchase ----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_warm_up_splits_the_stock_evenly_and_keeps_loaded_once_in_sum():
+    activity = make_activity(stock=100, shards=SHARDS, safety_stock=3)
+    assert shard_stocks(activity) == [13, 12, 12, 12, 12, 12, 12, 12]
+    assert redis_remaining(activity.pk) == 97
+    report = assert_identity(activity)
+    assert (report["redis_loaded"], report["redis_remaining"]) == (97, 97)
+
+
+@pytest.mark.django_db
+def test_purchase_through_the_api_claims_the_shopper_in_their_partition():
+    activity = make_activity(stock=16, shards=SHARDS)
+    (user,) = make_users(1)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_of(user)}")
+    token = activity_token_ensure(activity_id=activity.pk)
+    url = f"/api/activities/{activity.pk}/purchase"
+    response = client.post(url, {"token": token}, format="json")
+    assert response.status_code == 202, response.content
+    (entry,) = reservations_pending(activity_id=activity.pk)
+    assert entry.reservation_id == response.json()["reservation"]
+    assert claim_of(activity, user.pk) == claim_value(entry.shard, entry.reservation_id).encode()
+    assert purchase_result(activity_id=activity.pk, user_id=user.pk)[0] == "queued"
+    again = client.post(url, {"token": token}, format="json")
+    assert again.status_code == 409 and again.json()["code"] == "duplicate"
+    assert sum(shard_stocks(activity)) == 15 and len(reservations_pending(activity_id=activity.pk)) == 1
+
+
+@pytest.mark.django_db
+def test_a_sold_out_shard_sends_the_purchase_to_another_shard():
+    # Two shards of one unit each: whichever shard is tried first, both get sold.
+    activity = make_activity(stock=2, shards=2)
+    users = make_users(3)
+    first, second = reserve(activity, users[0].pk), reserve(activity, users[1].pk)
+    assert (first.code, second.code) == (ScriptCode.RESERVED, ScriptCode.RESERVED)
+    assert {first.shard, second.shard} == {0, 1}
+    third = reserve(activity, users[2].pk)
+    assert third.code == ScriptCode.SOLD_OUT
+    # Nobody was left claimed by the refusal: the shopper may try again later.
+    assert claim_of(activity, users[2].pk) is None
+    assert shard_stocks(activity) == [0, 0]
+    assert_identity(activity)
+
+
+@pytest.mark.django_db
+def test_a_unit_on_an_untried_shard_is_not_lost():
+    """The known limit: three tries of eight shards may miss the one shard with stock.
+    The refused shopper gets sold_out, the unit stays counted as remaining, and a later
+    buyer gets it."""
+    activity = make_activity(stock=1, shards=SHARDS)  # shard 0 holds the only unit
+    assert shard_stocks(activity) == [1] + [0] * (SHARDS - 1)
+    users = make_users(200)
+    codes = []
+    for user in users:
+        codes.append(reserve(activity, user.pk).code)
+        if codes[-1] == ScriptCode.RESERVED:
+            break
+        assert codes[-1] == ScriptCode.SOLD_OUT
+        report = assert_identity(activity)
+        assert report["redis_remaining"] == 1
+    assert codes[-1] == ScriptCode.RESERVED
+    assert codes.count(ScriptCode.RESERVED) == 1
+    assert shard_stocks(activity) == [0] * SHARDS
+
+
+@pytest.mark.django_db
+def test_not_warmed_shard_is_busy_and_releases_the_claim():
+    activity = make_activity(stock=8, shards=SHARDS)
+    (user,) = make_users(1)
+    client = stock_redis()
+    client.delete(*[k.stock for k in ActivityKeys(activity.pk).shards(SHARDS)])
+    assert reserve(activity, user.pk).code == ScriptCode.NOT_WARMED
+    assert claim_of(activity, user.pk) is None
+
+
+# --- after the purchase -------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_orders_cancel_and_return_to_their_shard(django_capture_on_commit_callbacks):
+    activity = make_activity(stock=16, shards=SHARDS)
+    users = make_users(6)
+    for user in users:
+        assert reserve(activity, user.pk).code == ScriptCode.RESERVED
+    orders_create_from_reservations(activity_id=activity.pk, entries=reservations_pending(activity_id=activity.pk))
+    assert Order.objects.filter(activity=activity).count() == 6
+    assert reservations_pending(activity_id=activity.pk) == []
+    assert SeckillStock.objects.get(activity=activity).available == 10
+    assert_identity(activity)
+
+    order = Order.objects.filter(activity=activity).first()
+    before = shard_stocks(activity)
+    with django_capture_on_commit_callbacks(execute=True):  # the Redis part runs after the commit
+        order_cancel(order=order, reason="shopper")
+    after = shard_stocks(activity)
+    assert after[order.shard] == before[order.shard] + 1
+    assert [a for i, a in enumerate(after) if i != order.shard] == [b for i, b in enumerate(before) if i != order.shard]
+    assert claim_of(activity, order.user_id) is None  # free to try again
+    assert_identity(activity)
+    assert reserve(activity, order.user_id).code == ScriptCode.RESERVED
+
+
+@pytest.mark.django_db
+def test_replay_creates_the_order_of_a_lost_enqueue_on_its_shard():
+    activity = make_activity(stock=16, shards=SHARDS)
+    users = make_users(5)
+    replies = [reserve(activity, u.pk) for u in users]  # no task enqueued: "lost"
+    outcome = reservations_replay(activity_id=activity.pk, grace_seconds=-1)
+    assert outcome.created == 5
+    for user, reply in zip(users, replies, strict=True):
+        order = Order.objects.get(activity=activity, user=user)
+        assert (order.shard, order.reservation_id) == (reply.shard, reply.reservation_id)
+    assert all(stock_redis().xlen(k.log) == 0 for k in ActivityKeys(activity.pk).shards(SHARDS))
+    assert Order.objects.filter(activity=activity).aggregate(u=Sum("quantity"))["u"] == 5
+    assert_identity(activity)
+
+
+@pytest.mark.django_db
+def test_rewarm_derives_the_shards_from_the_database_and_the_logs():
+    activity = make_activity(stock=40, shards=SHARDS)
+    users = make_users(10)
+    for user in users:
+        reserve(activity, user.pk)
+    orders_create_from_reservations(activity_id=activity.pk, entries=reservations_pending(activity_id=activity.pk)[:4])
+    # Redis restarted empty: the stock is derived again (40 - 4 ordered - 6 in the logs).
+    client = stock_redis()
+    keys = ActivityKeys(activity.pk)
+    client.delete(*[k.stock for k in keys.shards(SHARDS)], *[k.loaded for k in keys.shards(SHARDS)])
+    client.delete(*[keys.partition(p).users for p in range(settings.SECKILL_USER_PARTITIONS)])
+    result = activity_warmup(activity_id=activity.pk, force=True)
+    assert result.remaining == 30 and result.participants == 10
+    assert sum(shard_stocks(activity)) == 30
+    # Participants came back in their partitions: nobody buys twice.
+    assert all(reserve(activity, u.pk).code == ScriptCode.DUPLICATE for u in users)
+    assert_identity(activity)
+
+
+@pytest.mark.django_db
+def test_display_total_sums_the_shards_for_pages():
+    activity = make_activity(stock=24, shards=SHARDS)
+    single = make_activity(stock=5)
+    users = make_users(3)
+    for user in users:
+        reserve(activity, user.pk)
+    assert redis_remaining_many([activity.pk, single.pk]) == {activity.pk: 24, single.pk: 5}  # as of the warm-up
+    assert display_totals_task() == {activity.pk: 21}
+    assert redis_remaining_many([activity.pk, single.pk]) == {activity.pk: 21, single.pk: 5}
+
+
+@pytest.mark.django_db
+def test_close_removes_every_shard_and_partition_key():
+    activity = make_activity(stock=24, shards=SHARDS)
+    other = make_activity(stock=5)
+    for user in make_users(20):
+        reserve(activity, user.pk)
+    client = stock_redis()
+    assert list(client.scan_iter(match=f"*{{a{activity.pk}[su]*"))
+    assert activity_keys_remove(activity_id=activity.pk) > 0
+    assert not list(client.scan_iter(match=f"*{{a{activity.pk}[}}su]*"))
+    assert client.get(ActivityKeys(other.pk).stock) == b"5"  # another activity's keys stay
