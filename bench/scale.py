@@ -1,6 +1,7 @@
 """Scale-out figures: the purchase script on a local three-master Redis Cluster (one hot
-key, and eight keys spread over the nodes), and the database path used while Redis is
-down; each Redis node's CPU beside the throughput.
+key, eight keys spread over the nodes, and one activity with sharded stock S = 8: claim
+in a user partition + shard script + claim update per purchase), and the database path
+used while Redis is down; each Redis node's CPU beside the throughput.
 
     .venv/bin/python -m bench.scale [--seconds 10] [--procs 4] [--db-threads 4]
 
@@ -45,13 +46,15 @@ def _node_cpu(ports: list[int]) -> dict[int, float]:
     return out
 
 
-def _hammer(url: str, activity_ids: list[int], seconds: float, first_user: int, result: mp.Queue) -> None:
+def _hammer(
+    url: str, activity_ids: list[int], seconds: float, first_user: int, result: mp.Queue, shards: int = 1
+) -> None:
     import random
 
     import redis
 
     from seckill.keys import ActivityKeys
-    from seckill.scripts import ScriptCode, run_purchase
+    from seckill.scripts import ScriptCode, run_reserve
 
     client = redis.RedisCluster.from_url(url)
     keys = [ActivityKeys(a) for a in activity_ids]
@@ -60,27 +63,34 @@ def _hammer(url: str, activity_ids: list[int], seconds: float, first_user: int, 
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         user += 1
-        reply = run_purchase(client, random.choice(keys), user_id=user, quantity=1, limit=1)
+        reply = run_reserve(
+            client, random.choice(keys), user_id=user, quantity=1, limit=1, shards=shards, partitions=PARTITIONS
+        )
         done += 1
         reserved += reply.code == ScriptCode.RESERVED
     result.put((done, reserved))
 
 
-def redis_scenario(cluster, *, name: str, activity_ids: list[int], seconds: float, procs: int) -> dict:
+PARTITIONS = 16  # SECKILL_USER_PARTITIONS' default
+
+
+def redis_scenario(cluster, *, name: str, activity_ids: list[int], seconds: float, procs: int, shards: int = 1) -> dict:
     import redis
 
     from seckill.keys import ActivityKeys
     from seckill.scripts import run_warmup
 
     client = redis.RedisCluster.from_url(cluster.url)
-    for activity_id in activity_ids:
-        run_warmup(client, ActivityKeys(activity_id), remaining=10**9, loaded=10**9, expected=None)
-    nodes = {client.get_node_from_key(ActivityKeys(a).stock).port for a in activity_ids}
+    stock_keys = [k for a in activity_ids for k in ActivityKeys(a).shards(shards)]
+    for keys in stock_keys:
+        run_warmup(client, keys, remaining=10**9, loaded=10**9, expected=None)
+    nodes = {client.get_node_from_key(k.stock).port for k in stock_keys}
     ports = [n.port for n in cluster.nodes]
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     workers = [
-        ctx.Process(target=_hammer, args=(cluster.url, activity_ids, seconds, i * 10**8, queue)) for i in range(procs)
+        ctx.Process(target=_hammer, args=(cluster.url, activity_ids, seconds, i * 10**8, queue, shards))
+        for i in range(procs)
     ]
     cpu_before, started = _node_cpu(ports), time.perf_counter()
     for w in workers:
@@ -93,7 +103,7 @@ def redis_scenario(cluster, *, name: str, activity_ids: list[int], seconds: floa
     cluster.flush()
     return {
         "scenario": name,
-        "keys": len(activity_ids),
+        "keys": len(stock_keys),
         "nodes_with_keys": len(nodes),
         "ops_per_s": sum(t[0] for t in totals) / wall,
         "reserved_per_s": sum(t[1] for t in totals) / wall,
@@ -176,20 +186,29 @@ def main(argv: list[str]) -> int:
                 seconds=args.seconds,
                 procs=args.procs,
             )
+            sharded = redis_scenario(
+                cluster,
+                name="one activity, S=8 shards",
+                activity_ids=[900001],
+                seconds=args.seconds,
+                procs=args.procs,
+                shards=8,
+            )
         finally:
             cluster.stop()
     db = db_scenario(seconds=args.seconds, threads=args.db_threads)
 
     ports = sorted(single["node_cpu_pct"])
     print(f"\ncores: {os.cpu_count()}, load procs: {args.procs}, {args.seconds:.0f} s per scenario\n")
-    # Calls per CPU-second of Redis: the capacity of one node core, whatever the load generator reached.
+    # Purchases per CPU-second of Redis: the capacity of one node core, whatever the load
+    # generator reached. S = 1: one script call per purchase; S = 8: three (claim, shard, claim update).
     print(
-        "| scenario | script calls/s | "
+        "| scenario | purchases/s | "
         + " | ".join(f"node {i} CPU %" for i in range(len(ports)))
-        + " | calls per Redis CPU-s |"
+        + " | purchases per Redis CPU-s |"
     )
     print("|---|---:|" + "---:|" * len(ports) + "---:|")
-    for row in (single, spread):
+    for row in (single, spread, sharded):
         cpu = " | ".join(str(row["node_cpu_pct"][p]) for p in ports)
         per_cpu = row["ops_per_s"] / max(sum(row["node_cpu_pct"].values()) / 100, 1e-9)
         print(f"| {row['scenario']} | {row['ops_per_s']:.0f} | {cpu} | {per_cpu:.0f} |")

@@ -126,13 +126,19 @@ def reservation_backlog() -> dict[int, int]:
     from .redis_client import stock_redis
     from .selectors import live_activities
 
-    ids = list(live_activities().values_list("pk", flat=True))
-    if not ids:
+    live = list(live_activities().values_list("pk", "shards"))
+    if not live:
         return {}
     pipe = stock_redis().pipeline(transaction=False)
-    for activity_id in ids:
-        pipe.xlen(ActivityKeys(activity_id).log)
-    return dict(zip(ids, pipe.execute(), strict=True))
+    owners = []
+    for activity_id, shards in live:  # every shard's log (S > 1)
+        for keys in ActivityKeys(activity_id).shards(shards):
+            pipe.xlen(keys.log)
+            owners.append(activity_id)
+    backlog = dict.fromkeys((a for a, _ in live), 0)
+    for activity_id, length in zip(owners, pipe.execute(), strict=True):
+        backlog[activity_id] += length
+    return backlog
 
 
 def broker_queue_depth() -> dict[str, int]:
