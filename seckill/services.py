@@ -513,7 +513,8 @@ def activity_keys_remove(*, activity_id: int, batch_size: int = 500) -> int:
     shards = Activity.objects.filter(pk=activity_id).values_list("shards", flat=True).first() or 1
     removed = 0
     # One UNLINK per hash tag: each stays within one Cluster slot.
-    for part in keys.shards(shards) + [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)]:
+    partitions = [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if shards > 1 else []
+    for part in keys.shards(shards) + partitions:
         removed += client.unlink(*part.all())
     for pattern in keys.scan_patterns:
         batch: list = []
