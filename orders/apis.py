@@ -28,6 +28,10 @@ class OrderListApi(ListAPIView):
 @extend_schema(responses=OrderSerializer)
 class OrderDetailApi(RetrieveAPIView):
     serializer_class = OrderSerializer
+    lookup_field = "order_no"
+
+    def get_queryset(self):
+        return Order.objects.filter(user_id=self.request.user.pk)
 
     def get_object(self):
         # Someone else's order is simply not found.
