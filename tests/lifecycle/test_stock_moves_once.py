@@ -7,9 +7,11 @@ Lua script or a conditional UPDATE) once broke without any other test noticing.
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
-from inventory.models import SeckillStock
+from inventory.models import SeckillStock, StockMovement
+from inventory.services import InsufficientStock, stock_return
 from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_units_return_safely, orders_units_return
 from seckill.keys import ActivityKeys
@@ -17,7 +19,7 @@ from seckill.models import Activity
 from seckill.reconciliation import reconcile
 from seckill.redis_client import stock_redis
 from seckill.selectors import redis_remaining
-from seckill.services import WarmupError, activity_close
+from seckill.services import WarmupError, activity_close, activity_warmup
 
 from ..factories import make_activity, make_users
 from ..helpers import wait_until
@@ -70,3 +72,41 @@ def test_close_keeps_every_key_while_a_reservation_is_still_without_an_order(set
     assert Activity.objects.get(pk=activity.pk).status == Activity.Status.WARMED
     assert Order.objects.filter(activity=activity).count() == 1  # the good one was drained
     assert not AnomalyOrder.objects.filter(activity=activity).exists()
+
+
+def test_the_database_never_takes_back_more_than_it_sold():
+    """The stock row's own guard (available + units <= total): a second return of the
+    same units, by any path that skipped the order's status check, writes nothing."""
+    activity = make_activity(stock=3)
+    (order,) = buy(activity, make_users(1))
+    order_cancel(order=order, reason="shopper")
+    stock = SeckillStock.objects.get(activity=activity)
+    assert stock.available == stock.total == 3
+    ledger = StockMovement.objects.filter(activity=activity).count()
+
+    with pytest.raises(InsufficientStock), transaction.atomic():
+        stock_return(activity_id=activity.pk, orders=[Order.objects.get(pk=order.pk)], reason="again")
+
+    stock.refresh_from_db()
+    assert (stock.available, stock.total) == (3, 3)
+    assert StockMovement.objects.filter(activity=activity).count() == ledger
+
+
+def test_after_redis_restarts_empty_reconciliation_does_not_return_earlier_cancels_again():
+    """The re-warm derives the stock from the database, which already holds the units of
+    orders cancelled before it; the returned set died with Redis, so reconciliation must
+    count only orders cancelled since the warm-up as possibly not returned."""
+    activity = make_activity(stock=5)
+    cancelled, kept = buy(activity, make_users(2))
+    order_cancel(order=cancelled, reason="shopper")
+    assert redis_remaining(activity.pk) == 4
+
+    stock_redis().flushdb()  # Redis restarted empty
+    activity_warmup(activity_id=activity.pk, force=True)
+    assert redis_remaining(activity.pk) == 4
+
+    report = reconcile(activity_id=activity.pk)
+    assert report["buckets"]["cancelled_not_returned"] == 0, report
+    assert report["identity_ok"], report
+    assert redis_remaining(activity.pk) == 4
+    assert Order.objects.get(pk=kept.pk).status == Order.Status.PENDING
