@@ -19,7 +19,7 @@ from seckill.models import Activity
 from seckill.reconciliation import reconcile
 from seckill.redis_client import stock_redis
 from seckill.selectors import redis_remaining
-from seckill.services import WarmupError, activity_close, activity_warmup
+from seckill.services import WarmupError, activity_close, activity_warmup, reservations_replay
 
 from ..factories import make_activity, make_users
 from ..helpers import wait_until
@@ -110,3 +110,27 @@ def test_after_redis_restarts_empty_reconciliation_does_not_return_earlier_cance
     assert report["identity_ok"], report
     assert redis_remaining(activity.pk) == 4
     assert Order.objects.get(pk=kept.pk).status == Order.Status.PENDING
+
+
+def test_units_given_back_while_the_stock_key_is_missing_never_fake_a_warm_up(settings):
+    """Redis lost the stock key (restarted, or cleaned up): a cancel's return or a
+    reservation's release must not create it holding just the returned units, or the
+    sale would look warmed and sell out at once instead of answering "busy" until the
+    re-warm derives the real figure (DESIGN.md: a missing key never reads as sold out)."""
+    settings.SECKILL_REPLAY_MAX_ATTEMPTS = 1
+    activity = make_activity(stock=5)
+    buyer, doomed = make_users(2)
+    (order,) = buy(activity, [buyer])
+    reserve(activity, doomed)
+    doomed.delete()  # its reservation can never become an order: the replay releases it
+    keys = ActivityKeys(activity.pk)
+    stock_redis().delete(keys.stock)
+
+    order_cancel(order=order, reason="shopper")
+
+    assert reservations_replay(activity_id=activity.pk, grace_seconds=0).released == 1
+
+    assert redis_remaining(activity.pk) is None
+    assert stock_redis().xlen(keys.log) == 0
+    activity_warmup(activity_id=activity.pk, force=True)
+    assert redis_remaining(activity.pk) == 5  # derived from the database, every unit back
