@@ -1,13 +1,16 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from config.ping import ping
 from orders import apis as order_apis
 from orders import views as order_views
 from seckill import apis as seckill_apis
 from seckill import views as seckill_views
 
 api = [
+    path("ping", ping, name="ping"),
     path("activities/", seckill_apis.ActivityListApi.as_view(), name="activity-list"),
     path("activities/<int:activity_id>/", seckill_apis.ActivityDetailApi.as_view(), name="activity-detail"),
     path("activities/<int:activity_id>/flag", seckill_apis.FlagApi.as_view(), name="activity-flag"),
@@ -31,3 +34,7 @@ urlpatterns = [
     path("api/", include(api)),
     path("admin/", admin.site.urls),
 ]
+
+if settings.SECKILL_BENCH_VIEWS:
+    # Bench-only endpoints (the database-direct purchase for contrast); off unless asked for.
+    urlpatterns.append(path("bench/", include("bench.urls")))

@@ -187,3 +187,7 @@ CELERY_BEAT_SCHEDULE = {
     "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": 15.0},
     "seckill-close": {"task": "seckill.tasks.activities_close_task", "schedule": 30.0},
 }
+
+# Mount bench/'s contrast endpoints (the database-direct purchase) under /bench/.
+# Only `make bench` turns this on.
+SECKILL_BENCH_VIEWS = env.bool("SECKILL_BENCH_VIEWS", default=False)

@@ -1,0 +1,24 @@
+"""gunicorn settings for `make run` and `make bench` (every value can come from the environment).
+
+The defaults are what bench/ measured best on a 2-core machine; docs/BENCHMARKS.md has
+the figures behind each choice.
+"""
+
+import os
+
+bind = os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
+# Sync workers: the purchase path is CPU-bound Python with short, fast I/O (Redis, a
+# token lookup), so one request per process and no thread switching serves most; a few
+# more processes than cores cover the moments a worker waits on I/O.
+workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
+threads = int(os.environ.get("GUNICORN_THREADS", "1"))
+# A flood arrives faster than it is served: let the kernel queue it instead of refusing.
+backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
+keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))  # gthread only; sync closes each connection
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
+graceful_timeout = 5
+# Load the app once in the master: workers fork with Django already imported.
+preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() in ("1", "true", "yes")
+# An access log line per request costs the web tier a write; "-" is stdout, empty is off.
+accesslog = os.environ.get("GUNICORN_ACCESS_LOG", "-") or None
