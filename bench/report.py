@@ -71,8 +71,8 @@ def targets(rows: list[dict]) -> list[tuple[str, str, str, bool | None]]:
     if flood:
         ok = flood["every_unit_sold"] and flood["oversell"] == 0
         out.append(("flood: every unit sold, zero oversell", "yes" if ok else "NO", "yes", ok))
-        lag = flood["last_answer_to_last_order_s"]
-        out.append(("flood: last order after the last purchase answer", f"{lag} s", "≤ 5 s", lag <= 5))
+        lag = flood["last_sale_to_last_order_s"]
+        out.append(("flood: last order written after the last successful answer", f"{lag} s", "≤ 5 s", lag <= 5))
     return out
 
 

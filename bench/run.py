@@ -26,7 +26,7 @@ SCENARIOS = ("ping", "purchase", "soldout", "naive", "drain", "flood", "engine")
 
 
 def say(message: str) -> None:
-    sys.stderr.write(f"\r[bench] {message}\n")
+    sys.stderr.write(("\r" if sys.stderr.isatty() else "") + f"[bench] {message}\n")
     sys.stderr.flush()
 
 
@@ -40,6 +40,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--soldout-shoppers", type=int, default=2_000, help="shoppers who keep retrying after the sell-out"
     )
     parser.add_argument("--drain-reservations", type=int, default=10_000)
+    parser.add_argument(
+        "--drain-single-deadline", type=float, default=60, help="seconds the one-task-per-order drain may take"
+    )
     parser.add_argument("--flood-stock", type=int, default=1_000)
     parser.add_argument("--engine-processes", type=int, default=4)
     parser.add_argument("--engine-seconds", type=float, default=5)

@@ -82,10 +82,18 @@ def wrk_run(
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
 
+    tty = sys.stderr.isatty()
+
     def watch() -> None:
+        # One line rewritten in place on a terminal; a line every 10 s in a log.
+        ticks = 0
         while not stop.wait(1.0):
+            ticks += 1
             elapsed = time.monotonic() - started
-            sys.stderr.write(f"\r[bench] {label}: {elapsed:5.1f}/{seconds:.0f} s   ")
+            if tty:
+                sys.stderr.write(f"\r[bench] {label}: {elapsed:5.1f}/{seconds:.0f} s   ")
+            elif ticks % 10 == 0:
+                sys.stderr.write(f"[bench] {label}: {elapsed:5.1f}/{seconds:.0f} s\n")
             sys.stderr.flush()
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -98,7 +106,8 @@ def wrk_run(
     wrk_seconds = (children_after.ru_utime - children_before.ru_utime) + (
         children_after.ru_stime - children_before.ru_stime
     )
-    sys.stderr.write("\r" + " " * 79 + "\r")
+    if tty:
+        sys.stderr.write("\r" + " " * 79 + "\r")
     line = next((x for x in out.splitlines() if x.startswith("BENCH_JSON ")), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed ({proc.returncode}):\n{out}\n{err}")

@@ -3,8 +3,9 @@
 -- wrk ... -s bench/wrk/rotate.lua <url> -- METHOD PATH TOKENS_FILE BODY ONCE NTHREADS
 --   METHOD GET or POST; TOKENS_FILE one API token a line ("-" for none);
 --   ONCE "1": every token is used exactly once across all threads, then the thread
---   sends cheap GET /api/ping requests until each of its purchases has its answer and
---   stops (the flood); "0": tokens rotate (thread i takes i, i+T, i+2T, ...).
+--   sends cheap GET /api/ping requests until each of its purchases has its answer (or,
+--   when a socket error ate an answer, 10 s after its last purchase went out) and stops
+--   (the flood); "0": tokens rotate (thread i takes i, i+T, i+2T, ...).
 -- done() prints one line "BENCH_JSON {...}" with the counts and latency percentiles.
 
 local threads = {}
@@ -41,6 +42,10 @@ function request()
     local i = counter
     if i >= #tokens then
       if once then
+        exhausted_at = exhausted_at or os.time()
+        if os.time() - exhausted_at >= 10 then
+          wrk.thread:stop()
+        end
         return ping
       end
       i = i % #tokens
