@@ -24,6 +24,7 @@ def _ping(rows: list[dict], c: int) -> dict | None:
     return {
         "rps": sum(r["rps"] for r in pings) / len(pings),
         "p99_ms": sum(r["p99_ms"] for r in pings) / len(pings),
+        "cpu": sum(r.get("web_cpu_ms_per_req", 0) for r in pings) / len(pings),
     }
 
 
@@ -41,11 +42,17 @@ def targets(rows: list[dict]) -> list[tuple[str, str, str, bool | None]]:
         if ping and buy:
             ratio = buy["rps"] / ping["rps"]
             out.append((f"purchase RPS / bare view RPS, c={c}", f"{ratio:.2f}", "≥ 0.6 (issue 2: ≥ 0.4)", ratio >= 0.6))
+            if ping.get("cpu"):
+                cost = ping["cpu"] / buy["web_cpu_ms_per_req"]
+                out.append((f"web CPU per answer, bare view / purchase, c={c}", f"{cost:.2f}", "(context)", None))
             p99 = buy["p99_ms"] / ping["p99_ms"]
             out.append((f"purchase p99 / bare view p99, c={c}", f"{p99:.2f}", "≤ 1.5", p99 <= 1.5))
         if ping and sold:
             ratio = sold["rps"] / ping["rps"]
             out.append((f"sold-out RPS / bare view RPS, c={c}", f"{ratio:.2f}", "≥ 0.9 (issue 2: ≥ 0.7)", ratio >= 0.9))
+            if ping.get("cpu"):
+                cost = ping["cpu"] / sold["web_cpu_ms_per_req"]
+                out.append((f"web CPU per answer, bare view / sold out, c={c}", f"{cost:.2f}", "(context)", None))
         if buy and naive:
             ratio = buy["rps"] / naive["rps"]
             out.append((f"Redis path / database path RPS, c={c}", f"{ratio:.2f}", "> 1", ratio > 1))
@@ -94,8 +101,8 @@ def tables(payload: dict) -> str:
     rows = payload["results"]
     lines = [
         "| scenario | conns | RPS | p50 ms | p99 ms | answers by status | 5xx | socket errors / timeouts |"
-        " oversell | invariants | wrk CPU | server CPU |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|",
+        " oversell | invariants | wrk CPU | web CPU | web CPU ms/req | system CPU ms/req |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         if r.get("rps") is None:
@@ -104,7 +111,8 @@ def tables(payload: dict) -> str:
             f"| {r['scenario']} | {r['connections']} | {_fmt(r['rps'])} | {_fmt(r['p50_ms'], 2)} | "
             f"{_fmt(r['p99_ms'], 2)} | {_statuses(r)} | {r['errors_5xx']} | "
             f"{r['socket_errors']} / {r['timeouts']} | {r['oversell']} | {r['invariants']} | "
-            f"{r['wrk_cpu']:.2f} | {r['server_cpu']:.2f} |"
+            f"{r['wrk_cpu']:.2f} | {r['server_cpu']:.2f} | {_fmt(r.get('web_cpu_ms_per_req'), 3)} | "
+            f"{_fmt(r.get('system_cpu_ms_per_req'), 3)} |"
         )
     lines.append("")
     other = [r for r in rows if r.get("rps") is None]
@@ -119,7 +127,8 @@ def tables(payload: dict) -> str:
     if checks:
         lines += ["| target (ratios from this run) | measured | target | met |", "|---|---:|---|---|"]
         for name, measured, threshold, met in checks:
-            lines.append(f"| {name} | {measured} | {threshold} | {'yes' if met else '**no**'} |")
+            shown = "–" if met is None else ("yes" if met else "**no**")
+            lines.append(f"| {name} | {measured} | {threshold} | {shown} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -84,15 +84,7 @@ class Child:
 
     def pids(self) -> list[int]:
         """The process and its children (gunicorn's or Celery's workers)."""
-        found = [self.proc.pid]
-        for path in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = path.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == self.proc.pid:  # ppid
-                found.append(int(path.parent.name))
-        return found
+        return [self.proc.pid, *_children(self.proc.pid)]
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.alive():
@@ -159,6 +151,30 @@ def worker_start(env: dict[str, str], log_dir: Path, concurrency: int) -> Child:
         time.sleep(0.2)
     child.stop()
     raise RuntimeError(f"celery worker not ready within 90 s:\n{child.tail()}")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(path.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(path.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def store_pids() -> list[int]:
+    """The embedded PostgreSQL (postmaster and backends) and Redis, when they run here."""
+    pids = []
+    pg_pid = embedded.PG_DATA / "postmaster.pid"
+    if pg_pid.exists():
+        master = int(pg_pid.read_text().split("\n", 1)[0])
+        pids += [master, *_children(master)]
+    redis_pid = embedded.REDIS_DIR / "redis.pid"
+    if redis_pid.exists():
+        pids.append(int(redis_pid.read_text().strip()))
+    return pids
 
 
 def cpu_seconds(pids: list[int]) -> float:
