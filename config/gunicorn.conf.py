@@ -22,3 +22,38 @@ graceful_timeout = 5
 preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() in ("1", "true", "yes")
 # An access log line per request costs the web tier a write; "-" is stdout, empty is off.
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG", "-") or None
+
+
+def when_ready(server):
+    """In the master, before the workers fork: import what Django imports lazily on the
+    first request (the URLconf and every view behind it, the Celery publishing path), so
+    every worker starts with it and the memory is shared."""
+    if not preload_app:
+        return
+    try:
+        from django.urls import get_resolver
+
+        get_resolver().url_patterns  # noqa: B018 (imports config.urls and the views)
+        import kombu.transport.redis  # noqa: F401
+
+        import orders.tasks  # noqa: F401
+    except Exception as exc:  # the workers import it themselves then
+        server.log.warning("pre-import of the URLconf failed: %s", exc)
+
+
+def post_worker_init(worker):
+    """Pay the purchase path's one-off costs before the first shopper does: at the start
+    of a sale every worker is hit at once, and a lazy import of the Celery publishing
+    path or a first connection would land on the first requests of the flood."""
+    try:
+        from django.db import connection
+
+        from orders.tasks import order_create_task
+        from seckill.redis_client import stock_redis
+
+        connection.ensure_connection()
+        stock_redis().ping()
+        with order_create_task.app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+    except Exception as exc:  # a server that is away now is retried by the requests themselves
+        worker.log.warning("warm-up of the purchase path failed: %s", exc)
