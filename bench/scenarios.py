@@ -92,7 +92,31 @@ class Bench:
         say(f"{scenario} c={connections}: {json.dumps(shown, default=str)}")
         return row
 
+    def settled(self, activity_id: int, *, deadline_s: float = 120) -> None:
+        """Wait until nothing moves: wrk stops sending at its deadline, but the server
+        still answers what sits in its queue, and a check mid-commit would read a torn state."""
+        from inventory.models import SeckillStock
+
+        def state():
+            return (
+                Order.objects.filter(activity_id=activity_id).count(),
+                SeckillStock.objects.filter(activity_id=activity_id).values_list("available", flat=True).first(),
+                stock_redis().xlen(ActivityKeys(activity_id).log),
+                stock_redis().get(ActivityKeys(activity_id).stock),
+            )
+
+        started = time.monotonic()
+        last = state()
+        while time.monotonic() - started < deadline_s:
+            time.sleep(1.0)
+            now = state()
+            if now == last:
+                return
+            last = now
+        raise AssertionError(f"activity {activity_id} still moving after {deadline_s} s")
+
     def checked(self, activity_id: int, *, redis_path: bool = True) -> dict:
+        self.settled(activity_id)
         report = invariants_check(activity_id=activity_id, redis_path=redis_path)  # raises when broken
         return {
             "oversell": 0,
