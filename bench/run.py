@@ -99,6 +99,7 @@ def main(argv: list[str]) -> int:
     from . import stack
 
     say("starting the embedded servers (if needed) and a fresh bench database…")
+    uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     env, started_servers = stack.bench_environment()
     os.environ.update(env)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
@@ -119,6 +120,7 @@ def main(argv: list[str]) -> int:
         bench = Bench(args=args, base=f"http://127.0.0.1:{port}", web=web, worker=worker, work_dir=log_dir)
         results = bench.run(only=only, connections=connections)
         facts = machine_facts()
+        facts["uptime_before"] = uptime_before
         facts["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         facts["gunicorn"] = {
             k: env.get(k, "")

@@ -270,14 +270,14 @@ class Bench:
             method="POST",
             path=f"/api/activities/{activity.pk}/purchase",
             connections=200,
-            seconds=120,  # a bound; the script stops once every shopper has an answer
+            seconds=60,  # a bound; the script stops once every shopper has an answer
             tokens_file=tokens,
             body=self.purchase_body(activity),
             once=True,
             label=f"flood: {shoppers} shoppers for {stock} units",
             server_pids=self.web.pids(),
         )
-        t_answers = time.time()
+        t_answers = t0 + result.extra["wall"]
         self.orders_drained(activity.pk, deadline_s=300)
         orders = Order.objects.filter(activity_id=activity.pk)
         last_order = orders.aggregate(last=Max("created_at"))["last"]
@@ -302,7 +302,7 @@ class Bench:
             socket_errors=result.socket_errors,
             socket_error_kinds={k: v for k, v in result.errors.items() if v and k != "status"},
             p99_ms=result.latency_us["p99"] / 1000,
-            wrk_stopped_s=round(t_answers - t0, 2),
+            last_answer_s=round(t_answers - t0, 2),
             first_request_to_last_sale_s=round(last_sale_ms / 1000 - t0, 2),
             first_request_to_last_order_s=round(last_order.timestamp() - t0, 2),
             last_sale_to_last_order_s=round(last_order.timestamp() - last_sale_ms / 1000, 2),

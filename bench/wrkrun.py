@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import resource
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -54,6 +56,7 @@ def wrk_run(
     server_pids: list[int] | None = None,
     timeout_s: int = 5,
 ) -> WrkResult:
+    done_dir = tempfile.mkdtemp(prefix="wrk-done-")
     argv = [
         "wrk",
         "-t",
@@ -74,6 +77,7 @@ def wrk_run(
         body,
         "1" if once else "0",
         str(THREADS),
+        done_dir,
     ]
     # wrk is the only child reaped during the run, so the children's rusage delta is its CPU.
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -98,8 +102,17 @@ def wrk_run(
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    finished_at = None
+    if once:
+        # Every thread done: wake wrk's main thread (SIGINT ends the run and reports).
+        while proc.poll() is None:
+            if len(list(Path(done_dir).iterdir())) >= THREADS:
+                finished_at = time.monotonic()
+                proc.send_signal(signal.SIGINT)
+                break
+            time.sleep(0.05)
     out, err = proc.communicate()
-    wall = time.monotonic() - started
+    wall = (finished_at or time.monotonic()) - started
     stop.set()
     server_cpu = cpu_seconds(server_pids or []) - server_before
     children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -121,5 +134,5 @@ def wrk_run(
         latency_us=data["latency_us"],
         wrk_cpu=wrk_seconds / wall if wall else 0.0,
         server_cpu=server_cpu / wall if wall else 0.0,
-        extra={"wall": wall},
+        extra={"wall": wall, "finished_by_script": finished_at is not None},
     )

@@ -1,11 +1,13 @@
 -- wrk script for bench/: many shoppers' API tokens in rotation, answers counted by status.
 --
--- wrk ... -s bench/wrk/rotate.lua <url> -- METHOD PATH TOKENS_FILE BODY ONCE NTHREADS
+-- wrk ... -s bench/wrk/rotate.lua <url> -- METHOD PATH TOKENS_FILE BODY ONCE NTHREADS DONE_DIR
 --   METHOD GET or POST; TOKENS_FILE one API token a line ("-" for none);
 --   ONCE "1": every token is used exactly once across all threads, then the thread
 --   sends cheap GET /api/ping requests until each of its purchases has its answer (or,
 --   when a socket error ate an answer, 10 s after its last purchase went out) and stops
 --   (the flood); "0": tokens rotate (thread i takes i, i+T, i+2T, ...).
+-- wrk's main thread sleeps for the whole -d whatever its threads do, so a thread that is
+-- finished also leaves a file named after it in DONE_DIR; the runner then sends SIGINT.
 -- done() prints one line "BENCH_JSON {...}" with the counts and latency percentiles.
 
 local threads = {}
@@ -19,6 +21,7 @@ function init(args)
   method, path, body = args[1], args[2], args[4]
   once = args[5] == "1"
   nthreads = tonumber(args[6])
+  done_dir = args[7]
   tokens = {}
   if args[3] ~= "-" then
     for line in io.lines(args[3]) do
@@ -36,6 +39,15 @@ function init(args)
   ping = wrk.format("GET", "/api/ping")
 end
 
+local function finish()
+  if not finished then
+    finished = true
+    local f = io.open(done_dir .. "/" .. tid, "w")
+    f:close()
+  end
+  wrk.thread:stop()
+end
+
 function request()
   local headers = {}
   if #tokens > 0 then
@@ -44,7 +56,7 @@ function request()
       if once then
         exhausted_at = exhausted_at or os.time()
         if os.time() - exhausted_at >= 10 then
-          wrk.thread:stop()
+          finish()
         end
         return ping
       end
@@ -65,7 +77,7 @@ function response(status, headers, body)
   if once and status ~= 200 then
     answered = answered + 1
     if answered >= share then
-      wrk.thread:stop()
+      finish()
     end
   end
 end
