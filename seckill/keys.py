@@ -50,5 +50,9 @@ class ActivityKeys:
         """Set: order numbers whose units were returned to Redis (makes returns idempotent)."""
         return f"seckill:{self.tag}:returned"
 
+    def expiry_scheduled(self, due_second: int) -> str:
+        """Flag: a payment-deadline task is scheduled for this second (Unix time)."""
+        return f"seckill:{self.tag}:expiry:{due_second}"
+
     def all(self) -> list[str]:
         return [self.stock, self.loaded, self.users, self.log, self.attempts, self.failed, self.returned]

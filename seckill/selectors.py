@@ -10,7 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from .keys import ActivityKeys
-from .models import Activity
+from .models import Activity, activity_phase
 from .redis_client import stock_redis
 
 
@@ -29,11 +29,7 @@ class ActivitySnapshot:
     purchase_token: str | None
 
     def phase_at(self, now: datetime) -> str:
-        if self.status == Activity.Status.ENDED or now >= self.end_at:
-            return Activity.Phase.ENDED
-        if now < self.start_at:
-            return Activity.Phase.UPCOMING
-        return Activity.Phase.LIVE
+        return activity_phase(status=self.status, start_at=self.start_at, end_at=self.end_at, now=now)
 
     @property
     def keys(self) -> ActivityKeys:

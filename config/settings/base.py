@@ -30,9 +30,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: a page declared identical for every visitor leaves without per-visitor headers.
+    "seckill.middleware.SharedPageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -52,6 +55,7 @@ TEMPLATES = [
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
@@ -102,6 +106,8 @@ LOGOUT_REDIRECT_URL = "/"
 
 # --- I18N -----------------------------------------------------------------------
 LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env("DJANGO_TIME_ZONE", default="UTC")
 USE_I18N = True
 USE_TZ = True
@@ -123,7 +129,7 @@ REST_FRAMEWORK = {
         "seckill.authentication.CachedSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["seckill.parsers.SafeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,
@@ -169,8 +175,23 @@ SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0
 SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=100)
 # Default payment deadline (seconds) for new activities.
 SECKILL_DEFAULT_PAY_TIMEOUT = env.int("SECKILL_DEFAULT_PAY_TIMEOUT", default=15 * 60)
+# How often beat reconciles each live activity (seconds); the final run is at close.
+SECKILL_RECONCILE_INTERVAL = env.float("SECKILL_RECONCILE_INTERVAL", default=10.0)
+# How often beat sweeps pending orders past their deadline (the deadline tasks' safety net).
+SECKILL_EXPIRY_SWEEP_INTERVAL = env.float("SECKILL_EXPIRY_SWEEP_INTERVAL", default=30.0)
 # Warm-up happens automatically this many seconds before the start (beat).
 SECKILL_AUTO_WARMUP_LEAD = env.int("SECKILL_AUTO_WARMUP_LEAD", default=300)
+
+# The activity page: shared caches (a CDN) may keep it this long; browsers a little.
+SECKILL_PAGE_MAX_AGE = env.int("SECKILL_PAGE_MAX_AGE", default=30)
+SECKILL_PAGE_S_MAXAGE = env.int("SECKILL_PAGE_S_MAXAGE", default=300)
+# Where `manage.py publish` and the admin action write the static activity pages (a CDN origin).
+SECKILL_PUBLISH_DIR = env.path("SECKILL_PUBLISH_DIR", default=BASE_DIR / "publish")
+
+# --- Payments -----------------------------------------------------------------------
+# Shared secret of the (simulated) payment gateway; signs checkout requests and callbacks.
+# Empty: payments are refused (503) rather than accepted unsigned.
+PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="")
 
 LOGGING = {
     "version": 1,
@@ -192,6 +213,11 @@ CELERY_BEAT_SCHEDULE = {
     "seckill-start": {"task": "seckill.tasks.activities_start_task", "schedule": 2.0},
     "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": 15.0},
     "seckill-close": {"task": "seckill.tasks.activities_close_task", "schedule": 30.0},
+    "seckill-reconcile": {"task": "seckill.tasks.reconcile_live_task", "schedule": SECKILL_RECONCILE_INTERVAL},
+    "orders-expire-sweep": {
+        "task": "orders.tasks.orders_expire_overdue_task",
+        "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,
+    },
 }
 
 # Mount bench/'s contrast endpoints (the database-direct purchase) under /bench/.
