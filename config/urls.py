@@ -5,6 +5,7 @@ from django.contrib import admin
 from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from config import health
 from config.ping import ping
 from orders import apis as order_apis
 from orders import views as order_views
@@ -61,6 +62,8 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("api/", include(api)),
     path("admin/", admin.site.urls),
+    path("healthz", health.healthz, name="healthz"),
+    path("metrics", health.metrics, name="metrics"),
 ]
 
 if settings.SECKILL_BENCH_VIEWS:

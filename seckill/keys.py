@@ -50,9 +50,20 @@ class ActivityKeys:
         """Set: order numbers whose units were returned to Redis (makes returns idempotent)."""
         return f"seckill:{self.tag}:returned"
 
+    @property
+    def db_synced(self) -> str:
+        """Database-path orders already counted in the stock (see seckill.fallback.stock_resync)."""
+        return f"seckill:{self.tag}:dbsynced"
+
+    @property
+    def resync_lock(self) -> str:
+        return f"seckill:{self.tag}:resync"
+
     def expiry_scheduled(self, due_second: int) -> str:
         """Flag: a payment-deadline task is scheduled for this second (Unix time)."""
         return f"seckill:{self.tag}:expiry:{due_second}"
 
     def all(self) -> list[str]:
-        return [self.stock, self.loaded, self.users, self.log, self.attempts, self.failed, self.returned]
+        return [
+            self.stock, self.loaded, self.users, self.log, self.attempts, self.failed, self.returned, self.db_synced
+        ]  # fmt: skip
