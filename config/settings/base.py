@@ -215,7 +215,10 @@ LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "config.request_log.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "config.request_log.RequestIdFilter"},
+        "expected_rejections": {"()": "config.log_filters.ExpectedRejectionFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
         "json": {"()": "config.request_log.JsonFormatter"},
@@ -230,10 +233,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
-        # Django logs every 4xx at WARNING; in a flash sale 409/410/429 are the expected
-        # answer to almost every request, and a log line each costs the web tier more
-        # than the rejection itself. 5xx are still logged.
-        "django.request": {"level": env("DJANGO_REQUEST_LOG_LEVEL", default="ERROR")},
+        # Django logs every 4xx at WARNING; 409/410/429 are a flash sale's expected answer
+        # to almost every request and are not logged one by one (config/log_filters.py).
+        "django.request": {"filters": ["expected_rejections"]},
     },
 }
 
