@@ -173,7 +173,9 @@ class Bench:
             {
                 "scenario": "sharded stock",
                 "connections": None,
-                "gap": "not measured: sharded stock (issue 6, branch scale) is not on main yet",
+                "gap": "not measured here: the purchase path has no sharded mode on main (Activity.shards is stored,"
+                " purchase_reserve uses one key); python -m bench.scale measures the Lua script on a local"
+                " Redis Cluster, one hot key vs eight keys",
             }
         )
         return self.rows
