@@ -130,7 +130,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its "WWW-Authenticate: Token" header makes unauthenticated calls 401.
         "seckill.authentication.CachedTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        "seckill.authentication.CachedSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["seckill.parsers.SafeJSONParser"],
@@ -215,7 +215,10 @@ LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "config.request_log.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "config.request_log.RequestIdFilter"},
+        "expected_rejections": {"()": "config.log_filters.ExpectedRejectionFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
         "json": {"()": "config.request_log.JsonFormatter"},
@@ -228,7 +231,12 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Django logs every 4xx at WARNING; 409/410/429 are a flash sale's expected answer
+        # to almost every request and are not logged one by one (config/log_filters.py).
+        "django.request": {"filters": ["expected_rejections"]},
+    },
 }
 
 CELERY_BEAT_SCHEDULE = {
@@ -242,3 +250,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,
     },
 }
+
+# Mount bench/'s contrast endpoints (the database-direct purchase) under /bench/.
+# Only `make bench` turns this on.
+SECKILL_BENCH_VIEWS = env.bool("SECKILL_BENCH_VIEWS", default=False)
