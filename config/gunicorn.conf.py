@@ -48,12 +48,12 @@ def post_worker_init(worker):
     try:
         from django.db import connection
 
-        from orders.tasks import order_create_task
         from seckill.redis_client import stock_redis
+        from seckill.tasks import reservations_drain_task
 
         connection.ensure_connection()
         stock_redis().ping()
-        with order_create_task.app.producer_or_acquire() as producer:
+        with reservations_drain_task.app.producer_or_acquire() as producer:
             producer.connection.ensure_connection(max_retries=1)
     except Exception as exc:  # a server that is away now is retried by the requests themselves
         worker.log.warning("warm-up of the purchase path failed: %s", exc)

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from django.conf import settings
 from redis.commands.core import Script
 
 from .keys import ActivityKeys
@@ -38,18 +39,21 @@ class PurchaseReply:
     code: int
     remaining: int
     reservation_id: str
+    kick: bool = False  # this reservation set the drain flag: ask a worker to drain the log
 
 
 def run_purchase(
     client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0
 ) -> PurchaseReply:
     with script_timer("purchase"):
-        code, remaining, reservation = PURCHASE(
-            keys=[keys.stock, keys.users, keys.log, keys.failed], args=[user_id, quantity, limit, shard], client=client
+        code, remaining, reservation, *kick = PURCHASE(
+            keys=[keys.stock, keys.users, keys.log, keys.failed, keys.drain],
+            args=[user_id, quantity, limit, shard, settings.SECKILL_DRAIN_KICK_TTL_MS],
+            client=client,
         )
     if isinstance(reservation, bytes):
         reservation = reservation.decode()
-    return PurchaseReply(int(code), int(remaining), reservation)
+    return PurchaseReply(int(code), int(remaining), reservation, bool(kick and kick[0]))
 
 
 def run_release(

@@ -181,6 +181,10 @@ SECKILL_REPLAY_INTERVAL = env.float("SECKILL_REPLAY_INTERVAL", default=10.0)
 SECKILL_AUTOWARM_INTERVAL = env.float("SECKILL_AUTOWARM_INTERVAL", default=15.0)
 # Lifetime of a web process's copy of an activity (seconds).
 SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0)
+# Lifetime of the drain flag (ms): a purchase that finds no flag sets it and publishes one
+# drain task; the task clears it when it starts. Bounds the wait of a reservation whose
+# task was lost (broker down) before another purchase asks again; the replay is behind it.
+SECKILL_DRAIN_KICK_TTL_MS = env.int("SECKILL_DRAIN_KICK_TTL_MS", default=2000)
 # Orders created per database transaction by the drain task.
 SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=100)
 # Default payment deadline (seconds) for new activities.
