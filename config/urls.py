@@ -6,12 +6,14 @@ from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config import health
+from config.ping import ping
 from orders import apis as order_apis
 from orders import views as order_views
 from seckill import apis as seckill_apis
 from seckill import views as seckill_views
 
 api = [
+    path("ping", ping, name="ping"),
     path("activities/", seckill_apis.ActivityListApi.as_view(), name="activity-list"),
     path("activities/<int:activity_id>/", seckill_apis.ActivityDetailApi.as_view(), name="activity-detail"),
     path("activities/<int:activity_id>/flag", seckill_apis.FlagApi.as_view(), name="activity-flag"),
@@ -63,3 +65,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.metrics, name="metrics"),
 ]
+
+if settings.SECKILL_BENCH_VIEWS:
+    # Bench-only endpoints (the database-direct purchase for contrast); off unless asked for.
+    urlpatterns.append(path("bench/", include("bench.urls")))

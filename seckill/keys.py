@@ -70,6 +70,12 @@ class ActivityKeys:
         return f"seckill:{self.tag}:log"
 
     @property
+    def drain(self) -> str:
+        """Flag with a short lifetime: a drain task has been asked for (set by the purchase
+        script, so a flood publishes a few tasks a second instead of one per purchase)."""
+        return f"seckill:{self.tag}:drain"
+
+    @property
     def attempts(self) -> str:
         """Hash: reservation id -> replay attempts so far."""
         return f"seckill:{self.tag}:attempts"
@@ -99,8 +105,8 @@ class ActivityKeys:
 
     def all(self) -> list[str]:
         return [
-            self.stock, self.loaded, self.users, self.log, self.attempts, self.failed, self.returned, self.db_synced,
-            self.display,
+            self.stock, self.loaded, self.users, self.log, self.drain, self.attempts, self.failed, self.returned,
+            self.db_synced, self.display,
         ]  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from django.conf import settings
 from redis.commands.core import Script
 
 from .keys import CLAIM_PENDING, ActivityKeys, claim_value
@@ -48,6 +49,7 @@ class PurchaseReply:
     remaining: int
     reservation_id: str
     shard: int = 0
+    kick: bool = False  # this reservation set the drain flag: ask a worker to drain the log
 
 
 def run_reserve(
@@ -81,12 +83,14 @@ def _run_purchase_sharded(
     for shard in random.sample(range(shards), min(SHARD_TRIES, shards)):
         shard_keys = keys.shard(shard)
         with script_timer("shard_purchase"):
-            code, remaining, reservation = SHARD_PURCHASE(
-                keys=[shard_keys.stock, shard_keys.log], args=[user_id, quantity, limit, shard], client=client
+            code, remaining, reservation, kick = SHARD_PURCHASE(
+                keys=[shard_keys.stock, shard_keys.log, shard_keys.drain],
+                args=[user_id, quantity, limit, shard, settings.SECKILL_DRAIN_KICK_TTL_MS],
+                client=client,
             )
         if isinstance(reservation, bytes):
             reservation = reservation.decode()
-        reply = PurchaseReply(int(code), int(remaining), reservation, shard)
+        reply = PurchaseReply(int(code), int(remaining), reservation, shard=shard, kick=bool(kick))
         if reply.code != ScriptCode.SOLD_OUT:
             break
     # Reserved: the claim names the reservation (so release and return find it);
@@ -125,12 +129,14 @@ def run_purchase(
     client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0
 ) -> PurchaseReply:
     with script_timer("purchase"):
-        code, remaining, reservation = PURCHASE(
-            keys=[keys.stock, keys.users, keys.log, keys.failed], args=[user_id, quantity, limit, shard], client=client
+        code, remaining, reservation, *kick = PURCHASE(
+            keys=[keys.stock, keys.users, keys.log, keys.failed, keys.drain],
+            args=[user_id, quantity, limit, shard, settings.SECKILL_DRAIN_KICK_TTL_MS],
+            client=client,
         )
     if isinstance(reservation, bytes):
         reservation = reservation.decode()
-    return PurchaseReply(int(code), int(remaining), reservation)
+    return PurchaseReply(int(code), int(remaining), reservation, kick=bool(kick and kick[0]))
 
 
 def run_release(

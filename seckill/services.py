@@ -21,7 +21,7 @@ from .keys import ActivityKeys, claim_value
 from .models import Activity
 from .redis_client import stock_redis
 from .reservations import reservation_attempt, reservation_release, reservations_pending
-from .scripts import LogEntry, ScriptCode, run_reserve, run_warmup, warmup_shares
+from .scripts import ScriptCode, run_reserve, run_warmup, warmup_shares
 from .selectors import ActivitySnapshot, activity_snapshot_forget, redis_stock_totals
 
 logger = logging.getLogger(__name__)
@@ -348,7 +348,8 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     breaker.record_success()
 
     if reply.code == ScriptCode.RESERVED:
-        _enqueue_order(activity.id, LogEntry(reply.reservation_id, user_id, quantity, reply.shard))
+        if reply.kick:
+            _enqueue_drain(activity.id)
         return Reserved(reply.reservation_id, reply.remaining)
     if reply.code == ScriptCode.DUPLICATE:
         raise ApiError(409, "duplicate", "You have already taken part in this sale.")
@@ -360,19 +361,15 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
 
 
-def _enqueue_order(activity_id: int, entry: LogEntry) -> None:
-    """Fire and forget: if the broker is down the reservation log still holds the
-    reservation and the replay creates the order."""
-    from orders.tasks import order_create_task
+def _enqueue_drain(activity_id: int) -> None:
+    """Ask a worker to turn the log into orders. Fire and forget: if the broker is down,
+    the flag expires and a later purchase asks again, and the replay is behind both."""
+    from .tasks import reservations_drain_task
 
     try:
-        order_create_task.apply_async(
-            args=[activity_id, entry.reservation_id, entry.user_id, entry.quantity, entry.shard]
-        )
-    except Exception as exc:  # any broker failure; the replay is the safety net
-        logger.warning(
-            "purchase: enqueue failed for %s/%s, the replay will create it: %s", activity_id, entry.reservation_id, exc
-        )
+        reservations_drain_task.apply_async(args=[activity_id])
+    except Exception as exc:  # any broker failure; the reservation is safe in the log
+        logger.warning("purchase: drain request for activity %s failed, the log keeps it: %s", activity_id, exc)
 
 
 # --- replay and close -------------------------------------------------------------
@@ -462,7 +459,8 @@ def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayO
 
 
 def reservations_drain(*, activity_id: int) -> ReplayOutcome:
-    """Replay everything in the log now, whatever its age (used when closing)."""
+    """Turn everything in the log into orders now, whatever its age, in batches (one
+    transaction each). The drain task runs it during the sale; closing runs it last."""
     return reservations_replay(activity_id=activity_id, grace_seconds=-1)
 
 

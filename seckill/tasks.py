@@ -1,26 +1,51 @@
 """Periodic safety nets (beat) and scheduled steps of an activity's life."""
 
 import logging
+from dataclasses import asdict
 from datetime import timedelta
 
 import redis
 from celery import shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
+from .keys import ActivityKeys
 from .models import Activity
 from .reconciliation import reconcile
-from .selectors import live_activities, redis_remaining
+from .redis_client import stock_redis
+from .selectors import activity_shards, live_activities, redis_remaining
 from .services import (
     WarmupError,
     activity_close,
     activity_token_ensure,
     activity_warmup,
     display_total_refresh,
+    reservations_drain,
     reservations_replay,
 )
 
 logger = logging.getLogger(__name__)
+
+
+@shared_task(
+    acks_late=True,
+    autoretry_for=(OperationalError, InterfaceError, redis.RedisError),
+    retry_backoff=1,
+    retry_backoff_max=30,
+    retry_jitter=True,
+    max_retries=10,
+)
+def reservations_drain_task(activity_id: int) -> dict:
+    """Create the orders of every reservation in the log, in batches.
+
+    The flag is cleared *before* reading the log: a reservation appended after that
+    sets it again and asks for another drain, so none waits for the replay. Sharded
+    stock (S > 1): every shard has its flag (one slot per script), all cleared here."""
+    client = stock_redis()
+    for keys in ActivityKeys(activity_id).shards(activity_shards(activity_id)):
+        client.delete(keys.drain)
+    return asdict(reservations_drain(activity_id=activity_id))
 
 
 @shared_task

@@ -130,7 +130,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its "WWW-Authenticate: Token" header makes unauthenticated calls 401.
         "seckill.authentication.CachedTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        "seckill.authentication.CachedSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["seckill.parsers.SafeJSONParser"],
@@ -181,6 +181,10 @@ SECKILL_REPLAY_INTERVAL = env.float("SECKILL_REPLAY_INTERVAL", default=10.0)
 SECKILL_AUTOWARM_INTERVAL = env.float("SECKILL_AUTOWARM_INTERVAL", default=15.0)
 # Lifetime of a web process's copy of an activity (seconds).
 SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0)
+# Lifetime of the drain flag (ms): a purchase that finds no flag sets it and publishes one
+# drain task; the task clears it when it starts. Bounds the wait of a reservation whose
+# task was lost (broker down) before another purchase asks again; the replay is behind it.
+SECKILL_DRAIN_KICK_TTL_MS = env.int("SECKILL_DRAIN_KICK_TTL_MS", default=2000)
 # Orders created per database transaction by the drain task.
 SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=100)
 # Default payment deadline (seconds) for new activities.
@@ -220,7 +224,10 @@ LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "config.request_log.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "config.request_log.RequestIdFilter"},
+        "expected_rejections": {"()": "config.log_filters.ExpectedRejectionFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
         "json": {"()": "config.request_log.JsonFormatter"},
@@ -233,7 +240,12 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Django logs every 4xx at WARNING; 409/410/429 are a flash sale's expected answer
+        # to almost every request and are not logged one by one (config/log_filters.py).
+        "django.request": {"filters": ["expected_rejections"]},
+    },
 }
 
 CELERY_BEAT_SCHEDULE = {
@@ -248,3 +260,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,
     },
 }
+
+# Mount bench/'s contrast endpoints (the database-direct purchase) under /bench/.
+# Only `make bench` turns this on.
+SECKILL_BENCH_VIEWS = env.bool("SECKILL_BENCH_VIEWS", default=False)

@@ -2,10 +2,15 @@
 -- participant record and reservation-log append.
 --
 -- KEYS[1] stock   KEYS[2] users (hash)   KEYS[3] log (stream)   KEYS[4] failed (hash)
+-- KEYS[5] drain (flag: a drain task has been asked for)
 -- ARGV[1] user id   ARGV[2] quantity   ARGV[3] per-user limit   ARGV[4] shard
+-- ARGV[5] lifetime of the drain flag in milliseconds
 --
--- Returns {code, remaining, reservation id}:
+-- Returns {code, remaining, reservation id, kick}:
 --    1 reserved   -1 duplicate   -2 sold out   -3 not warmed   -4 invalid arguments
+-- kick = 1 when this reservation set the drain flag: the caller then asks a worker to
+-- drain the log. Everyone else leaves it to that task, so a flood publishes a handful of
+-- messages a second instead of one per purchase.
 local qty = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 -- Second line of defence: the web process validated these already.
@@ -29,4 +34,8 @@ local id = redis.call('XADD', KEYS[3], '*', 'u', ARGV[1], 'q', qty, 's', ARGV[4]
 redis.call('HSET', KEYS[2], ARGV[1], id)
 -- A new reservation supersedes an earlier one that failed (for the result endpoint).
 redis.call('HDEL', KEYS[4], ARGV[1])
-return {1, remaining, id}
+local kick = 0
+if redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[5]) then
+  kick = 1
+end
+return {1, remaining, id, kick}

@@ -2,24 +2,32 @@
 -- claim was taken in their user partition before (claim.lua).
 --
 -- KEYS[1] stock (of the shard)   KEYS[2] log (stream, of the shard)
+-- KEYS[3] drain (flag, of the shard: a drain task has been asked for)
 -- ARGV[1] user id   ARGV[2] quantity   ARGV[3] per-user limit   ARGV[4] shard
+-- ARGV[5] lifetime of the drain flag in milliseconds
 --
--- Returns {code, remaining, reservation id}:
+-- Returns {code, remaining, reservation id, kick}:
 --    1 reserved   -2 sold out   -3 not warmed   -4 invalid arguments
+-- kick = 1 when this reservation set the shard's drain flag (as in purchase.lua; the
+-- drain task drains every shard's log, so S shards ask at most S times per lifetime).
 local qty = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 if not qty or not limit or qty < 1 or qty ~= math.floor(qty) or qty > limit then
-  return {-4, 0, ''}
+  return {-4, 0, '', 0}
 end
 local stock = redis.call('GET', KEYS[1])
 if not stock then
   -- A missing key must never read as "sold out".
-  return {-3, 0, ''}
+  return {-3, 0, '', 0}
 end
 stock = tonumber(stock)
 if stock < qty then
-  return {-2, stock, ''}
+  return {-2, stock, '', 0}
 end
 local remaining = redis.call('DECRBY', KEYS[1], qty)
 local id = redis.call('XADD', KEYS[2], '*', 'u', ARGV[1], 'q', qty, 's', ARGV[4])
-return {1, remaining, id}
+local kick = 0
+if redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[5]) then
+  kick = 1
+end
+return {1, remaining, id, kick}

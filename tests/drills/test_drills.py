@@ -126,7 +126,8 @@ def test_database_down_for_the_worker_orders_appear_when_it_returns(stack, proce
 
 
 def test_worker_killed_mid_batch_every_order_exactly_once(stack, process_logs):
-    env = subprocess_env(**FAST_BEAT)
+    # One order per transaction, so the drain is still running when the kill lands.
+    env = subprocess_env(SECKILL_ORDER_BATCH_SIZE="1", **FAST_BEAT)
     base = stack.web(env)
     activity, users, keys, token = _sale(stock=300, shoppers=300)
     # Queue every task first, so the worker is killed while it works through them.

@@ -76,7 +76,10 @@ def test_reconciliation_drift_is_exported():
 def test_metrics_add_up_across_gunicorn_workers_and_logs_carry_request_ids(process_logs, tmp_path):
     metrics_dir = tmp_path / "prom"
     metrics_dir.mkdir()
-    env = subprocess_env(PROMETHEUS_MULTIPROC_DIR=str(metrics_dir), DJANGO_LOG_FORMAT="json")
+    # A drain flag that outlives the test: the three purchases ask for exactly one drain task.
+    env = subprocess_env(
+        PROMETHEUS_MULTIPROC_DIR=str(metrics_dir), DJANGO_LOG_FORMAT="json", SECKILL_DRAIN_KICK_TTL_MS="600000"
+    )
     process, base = start_gunicorn(process_logs, workers=3, threads=4, env=env)
     try:
         activity = make_activity(stock=3)
@@ -99,9 +102,10 @@ def test_metrics_add_up_across_gunicorn_workers_and_logs_carry_request_ids(proce
         code = lambda c: samples.get(("seckill_purchase_total", (("code", c),)), 0)  # noqa: E731
         assert (code("queued"), code("sold_out"), code("duplicate"), code("not_authenticated")) == (3, 2, 1, 1)
         assert samples[("seckill_script_seconds_count", (("script", "purchase"),))] == 6
-        # No worker runs: the three reservations wait in the log and their tasks in the queue.
+        # No worker runs: the three reservations wait in the log, and the one drain task the
+        # first of them asked for waits in the queue.
         assert samples[("seckill_reserved_not_ordered", (("activity", str(activity.pk)),))] == 3
-        assert samples[depth_key] == queued_before + 3
+        assert samples[depth_key] == queued_before + 1
         assert samples[("seckill_redis_breaker_state", ())] == 0
 
         status, headers, _ = _request(f"{base}/api/activities/999999/", headers={"X-Request-ID": "drill-req-42"})
