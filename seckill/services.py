@@ -495,7 +495,7 @@ def activity_close(*, activity_id: int) -> dict:
     Activity.objects.filter(pk=activity_id).update(status=Activity.Status.ENDED)
     activity_snapshot_forget(activity_id)
     try:
-        removed = activity_keys_remove(activity_id=activity_id)
+        removed = activity_keys_remove(activity_id=activity_id, shards=activity.shards)
     except redis.RedisError:
         # Back to warmed, so that the close task (beat) tries again.
         Activity.objects.filter(pk=activity_id).update(status=Activity.Status.WARMED)
@@ -503,12 +503,13 @@ def activity_close(*, activity_id: int) -> dict:
     return {"replay": asdict(replay), "reconciliation": report, "keys_removed": removed}
 
 
-def activity_keys_remove(*, activity_id: int, batch_size: int = 500) -> int:
+def activity_keys_remove(*, activity_id: int, shards: int | None = None, batch_size: int = 500) -> int:
     """UNLINK every Redis key of an activity, in batches: the known keys, then any other
     key carrying the activity's hash tag (SCAN). UNLINK frees big hashes and streams in
     the background, so even a million participants do not block Redis."""
     client, keys = stock_redis(), ActivityKeys(activity_id)
-    shards = Activity.objects.filter(pk=activity_id).values_list("shards", flat=True).first() or 1
+    if shards is None:
+        shards = Activity.objects.filter(pk=activity_id).values_list("shards", flat=True).first() or 1
     removed = 0
     # One UNLINK per hash tag: each stays within one Cluster slot.
     partitions = [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if shards > 1 else []
