@@ -8,12 +8,24 @@ from rest_framework.views import APIView
 
 from orders.serializers import OrderSerializer
 
+from .captcha import captcha_issue
 from .errors import ApiError
-from .gates import purchase_body_parse, purchase_token_check, purchase_window_check
+from .gates import (
+    purchase_blacklist_check,
+    purchase_body_parse,
+    purchase_captcha_check,
+    purchase_eligibility_check,
+    purchase_rate_check,
+    purchase_sold_out_check,
+    purchase_token_check,
+    purchase_window_check,
+    traffic_limit_check,
+)
 from .models import Activity
 from .selectors import ActivitySnapshot, activity_snapshot, purchase_result, redis_remaining_many
 from .serializers import (
     ActivitySerializer,
+    CaptchaSerializer,
     ErrorSerializer,
     FlagSerializer,
     PurchaseQueuedSerializer,
@@ -75,15 +87,50 @@ class PurchaseApi(APIView):
         },
     )
     def post(self, request, activity_id: int):
+        # The order of API.md: the first check that fails answers.
         activity = snapshot_or_404(activity_id)
-        token, quantity = purchase_body_parse(request.data, activity=activity)
+        body = purchase_body_parse(request.data, activity=activity)
         now = timezone.now()
+        user_id = request.user.pk
         purchase_window_check(activity, now)
-        purchase_token_check(activity, token, now)
-        reserved = purchase_reserve(activity=activity, user_id=request.user.pk, quantity=quantity)
+        purchase_token_check(activity, body.token, now)
+        purchase_sold_out_check(activity)  # Redis's last answer, remembered: costs nothing
+        purchase_rate_check(request, activity=activity, user_id=user_id)
+        purchase_blacklist_check(request, user_id=user_id)
+        purchase_eligibility_check(activity, user_id=user_id, now=now)
+        purchase_captcha_check(activity, user_id=user_id, body=body)
+        reserved = purchase_reserve(activity=activity, user_id=user_id, quantity=body.quantity)
         return Response(
             {"code": "queued", "reservation": reserved.reservation_id, "remaining": reserved.remaining}, status=202
         )
+
+
+class CaptchaApi(APIView):
+    """A one-time challenge for activities that ask for one; answer it in the purchase body."""
+
+    @extend_schema(request=None, responses={201: CaptchaSerializer, 401: _ERR, 404: _ERR, 429: _ERR})
+    def post(self, request, activity_id: int):
+        activity = snapshot_or_404(activity_id)
+        traffic_limit_check(
+            request,
+            scope=f"captcha:{activity.id}",
+            user_id=request.user.pk,
+            rate_per_user=activity.rate_per_user,
+            rate_per_ip=activity.rate_per_ip,
+        )
+        challenge = captcha_issue(activity_id=activity.id, user_id=request.user.pk)
+        return Response(CaptchaSerializer(challenge).data, status=201, headers=NO_STORE)
+
+
+class PingApi(APIView):
+    """The bare JSON view: the yardstick benchmarks compare the purchase path with."""
+
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    @extend_schema(responses={200: None})
+    def get(self, request):
+        return Response({"ok": True})
 
 
 class ResultApi(APIView):

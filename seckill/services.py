@@ -22,7 +22,14 @@ from .models import Activity
 from .redis_client import stock_redis
 from .reservations import reservation_attempt, reservation_release, reservations_pending
 from .scripts import LogEntry, ScriptCode, run_purchase, run_snapshot, run_warmup
-from .selectors import ActivitySnapshot, activity_snapshot_forget
+from .selectors import (
+    ActivitySnapshot,
+    activity_snapshot_fill,
+    activity_snapshot_forget,
+    blacklist_forget,
+    shopper_facts_forget,
+)
+from .soldout import sold_out_remember
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +67,7 @@ def activity_create(
     with transaction.atomic():
         activity.save()
         stock_create(activity_id=activity.pk, total=total_stock)
+    activity_snapshot_forget(activity.pk)  # the id may be cached as absent
     return activity
 
 
@@ -178,7 +186,7 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
     Activity.objects.filter(pk=activity_id).exclude(status=Activity.Status.ENDED).update(
         status=Activity.Status.WARMED, warmed_at=timezone.now()
     )
-    activity_snapshot_forget(activity_id)
+    activity_snapshot_fill(activity_id)  # the first buyers find the activity cached
     return WarmupResult(
         activity_id=activity_id,
         written=bool(written),
@@ -213,6 +221,8 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         logger.warning("purchase: Redis unavailable for activity %s: %s", activity.id, exc)
         raise ApiError(503, "busy", "The sale is busy; please try again in a moment.", retry_after=2) from exc
 
+    if reply.remaining == 0 and reply.code in (ScriptCode.RESERVED, ScriptCode.SOLD_OUT):
+        sold_out_remember(activity.id)  # the next purchases here are answered without Redis
     if reply.code == ScriptCode.RESERVED:
         _enqueue_order(activity.id, LogEntry(reply.reservation_id, user_id, quantity, 0))
         return Reserved(reply.reservation_id, reply.remaining)
@@ -360,3 +370,24 @@ def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:
         "start_at": activity.start_at,
         "end_at": activity.end_at,
     }
+
+
+# --- traffic gates: blacklist and shopper profiles (admin) ----------------------------
+
+
+def blacklist_entry_save(*, entry) -> None:
+    """Save a blacklist entry; web processes apply it within SECKILL_BLACKLIST_CACHE_TTL."""
+    entry.full_clean()
+    entry.save()
+    blacklist_forget()
+
+
+def blacklist_entries_delete(*, queryset) -> int:
+    deleted, _ = queryset.delete()
+    blacklist_forget()
+    return deleted
+
+
+def shopper_profile_save(*, profile) -> None:
+    profile.save()
+    shopper_facts_forget(profile.user_id)

@@ -6,7 +6,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from seckill import selectors
+from seckill import selectors, soldout
 from seckill.authentication import token_cache_clear
 from seckill.redis_client import reset_stock_redis, stock_redis
 
@@ -22,9 +22,11 @@ def clean_redis():
     if settings.CELERY_BROKER_URL.startswith("redis"):
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
     selectors.activity_snapshot_forget()
+    soldout.sold_out_forget()
     token_cache_clear()
     yield
     selectors.activity_snapshot_forget()
+    soldout.sold_out_forget()
 
 
 @pytest.fixture(autouse=True)
