@@ -92,10 +92,16 @@ def _local_get(name: str) -> tuple[bool, object]:
     return False, None
 
 
+def _local_stale(name: str) -> tuple[bool, object]:
+    hit = _local.get(name)
+    return (True, hit[1]) if hit is not None else (False, None)
+
+
 def _local_put(name: str, value: object, ttl: float) -> None:
     with _local_lock:
         if len(_local) >= _MAX_LOCAL:  # a flood of made-up ids must not grow memory forever
             _local.clear()
+            _flights.clear()
         _local[name] = (time.monotonic() + ttl, value)
 
 
@@ -140,10 +146,16 @@ def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: fl
     found, value = _local_get(name)
     if found:
         return value
-    # One thread per process asks Redis; the others wait for it here.
+    # One thread per process asks Redis. The others keep using the copy that just ran
+    # out, if there is one, and wait for that thread only when there is none.
     with _local_lock:
         flight = _flights.setdefault(name, threading.Lock())
-    with flight:
+    if not flight.acquire(blocking=False):
+        stale, value = _local_stale(name)
+        if stale:
+            return value
+        flight.acquire()
+    try:
         found, value = _local_get(name)
         if found:
             return value
@@ -153,8 +165,8 @@ def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: fl
             logger.warning("cache Redis unavailable for %s, reading the database: %s", name, exc)
             value = codec.load()
         _local_put(name, value, local_ttl)
-    with _local_lock:
-        _flights.pop(name, None)
+    finally:
+        flight.release()
     return value
 
 

@@ -29,7 +29,7 @@ from .selectors import (
     blacklist_forget,
     shopper_facts_forget,
 )
-from .soldout import sold_out_remember
+from .soldout import sold_out_note
 
 logger = logging.getLogger(__name__)
 
@@ -221,8 +221,8 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         logger.warning("purchase: Redis unavailable for activity %s: %s", activity.id, exc)
         raise ApiError(503, "busy", "The sale is busy; please try again in a moment.", retry_after=2) from exc
 
-    if reply.remaining == 0 and reply.code in (ScriptCode.RESERVED, ScriptCode.SOLD_OUT):
-        sold_out_remember(activity.id)  # the next purchases here are answered without Redis
+    if reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
+        sold_out_note(activity.id, reply.remaining)  # "none left" is answered here, without Redis, for a moment
     if reply.code == ScriptCode.RESERVED:
         _enqueue_order(activity.id, LogEntry(reply.reservation_id, user_id, quantity, 0))
         return Reserved(reply.reservation_id, reply.remaining)

@@ -17,8 +17,20 @@ _lock = threading.Lock()
 
 
 def sold_out_known(activity_id: int) -> bool:
+    """True while the memory lasts. When it runs out, one request goes to Redis to ask
+    again and the others go on answering from memory meanwhile, so a process with many
+    threads does not send them all at once."""
     until = _until.get(activity_id)
-    return until is not None and until > time.monotonic()
+    if until is None:
+        return False
+    now = time.monotonic()
+    if until > now:
+        return True
+    with _lock:
+        if _until.get(activity_id, now) > now:
+            return True  # another thread is asking
+        _until[activity_id] = now + settings.SECKILL_SOLD_OUT_TTL
+    return False  # this request asks Redis; its answer renews or clears the memory
 
 
 def sold_out_remember(activity_id: int) -> None:
@@ -27,6 +39,14 @@ def sold_out_remember(activity_id: int) -> None:
         return
     with _lock:
         _until[activity_id] = time.monotonic() + ttl
+
+
+def sold_out_note(activity_id: int, remaining: int) -> None:
+    """What the stock script said is left: remember "none", forget otherwise."""
+    if remaining <= 0:
+        sold_out_remember(activity_id)
+    elif activity_id in _until:
+        sold_out_forget(activity_id)
 
 
 def sold_out_forget(activity_id: int | None = None) -> None:
