@@ -13,7 +13,7 @@ from decimal import Decimal
 import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django_redis import get_redis_connection
@@ -235,6 +235,29 @@ def activity_snapshot_load(activity_id: int) -> ActivitySnapshot | None:
     return ActivitySnapshot(**row) if row else None
 
 
+# The highest activity id, cached: an id above it is absent without a query of its own,
+# so a flood of made-up ids costs one query per ceiling lifetime, not one per id.
+_CEILING_KEYS = _SharedKeys("seckill:activity-ceiling", "seckill:activity-ceiling-gen", "seckill:activity-ceiling-lock")
+_CEILING_CODEC = _Codec(
+    lambda: Activity.objects.aggregate(top=Max("id"))["top"] or 0,
+    lambda value: value,
+    lambda value: value,
+    lambda _value: settings.SECKILL_ACTIVITY_REDIS_TTL,
+)
+
+
+def activity_id_ceiling() -> int:
+    return _shared_cached(
+        "activity-ceiling", _CEILING_KEYS, _CEILING_CODEC, local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL
+    )
+
+
+def _activity_lookup(activity_id: int) -> ActivitySnapshot | None:
+    if activity_id > activity_id_ceiling():
+        return None
+    return activity_snapshot_load(activity_id)
+
+
 def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
     """The activity from this process's memory (SECKILL_ACTIVITY_CACHE_TTL), else from the
     cache Redis (SECKILL_ACTIVITY_REDIS_TTL), else one database query under a lock.
@@ -244,7 +267,7 @@ def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
     """
     if not 0 < activity_id < 2**63:  # beyond a bigint: no such row, and no query
         return None
-    codec = _Codec(lambda: activity_snapshot_load(activity_id), _activity_dump, _activity_undump, _activity_ttl)
+    codec = _Codec(lambda: _activity_lookup(activity_id), _activity_dump, _activity_undump, _activity_ttl)
     return _shared_cached(
         f"activity:{activity_id}", _activity_keys(activity_id), codec, local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL
     )
@@ -261,7 +284,13 @@ def activity_snapshot_forget(activity_id: int | None = None) -> None:
             return
         _local.pop(f"activity:{activity_id}", None)
     try:
-        _shared_forget(gate_redis(), _activity_keys(activity_id))
+        client = gate_redis()
+        _shared_forget(client, _activity_keys(activity_id))
+        fresh, ceiling = _shared_read(client, _CEILING_KEYS, _CEILING_CODEC)
+        if not fresh or activity_id > ceiling:  # a new activity: raise the ceiling
+            with _local_lock:
+                _local.pop("activity-ceiling", None)
+            _shared_forget(client, _CEILING_KEYS)
     except redis.RedisError as exc:
         logger.warning("could not drop the cached copy of activity %s: %s", activity_id, exc)
 

@@ -238,7 +238,7 @@ SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=1.0)
 # The activity copy in the cache Redis, unknown ids remembered as absent, and how long a
 # request waits for another process's rebuild before reading the database itself.
 SECKILL_ACTIVITY_REDIS_TTL = env.float("SECKILL_ACTIVITY_REDIS_TTL", default=60.0)
-SECKILL_ACTIVITY_ABSENT_TTL = env.float("SECKILL_ACTIVITY_ABSENT_TTL", default=5.0)
+SECKILL_ACTIVITY_ABSENT_TTL = env.float("SECKILL_ACTIVITY_ABSENT_TTL", default=30.0)
 SECKILL_CACHE_REBUILD_WAIT = env.float("SECKILL_CACHE_REBUILD_WAIT", default=2.0)
 SECKILL_BLACKLIST_CACHE_TTL = env.float("SECKILL_BLACKLIST_CACHE_TTL", default=2.0)
 SECKILL_BLACKLIST_REDIS_TTL = env.float("SECKILL_BLACKLIST_REDIS_TTL", default=60.0)
