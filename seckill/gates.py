@@ -42,11 +42,11 @@ class PurchaseBody:
     captcha_answer: str | None = None
 
 
-def _optional_text(data: dict, field: str) -> str | None:
+def _optional_text(data: dict, field: str, *, number_ok: bool = False) -> str | None:
     value = data.get(field)
     if value is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool):
+    if number_ok and isinstance(value, int) and not isinstance(value, bool):
         value = str(value)  # an arithmetic answer may come as a number
     if not isinstance(value, str) or len(value) > MAX_CAPTCHA_FIELD_LENGTH:
         raise ApiError(400, "invalid_request", f"{field} must be a string of at most {MAX_CAPTCHA_FIELD_LENGTH}.")
@@ -71,7 +71,9 @@ def purchase_body_parse(data, *, activity: ActivitySnapshot) -> PurchaseBody:
             "invalid_request",
             f"quantity must be an integer from 1 to {activity.per_user_limit}.",
         )
-    return PurchaseBody(token, quantity, _optional_text(data, "captcha_id"), _optional_text(data, "captcha_answer"))
+    return PurchaseBody(
+        token, quantity, _optional_text(data, "captcha_id"), _optional_text(data, "captcha_answer", number_ok=True)
+    )
 
 
 def purchase_window_check(activity: ActivitySnapshot, now: datetime) -> None:
