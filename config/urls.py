@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from config.ping import ping
 from orders import apis as order_apis
 from orders import views as order_views
 from seckill import apis as seckill_apis
@@ -12,13 +13,13 @@ from seckill import views as seckill_views
 SWAGGER_CDN = "https://cdn.jsdelivr.net"
 
 api = [
+    path("ping", ping, name="ping"),
     path("activities/", seckill_apis.ActivityListApi.as_view(), name="activity-list"),
     path("activities/<int:activity_id>/", seckill_apis.ActivityDetailApi.as_view(), name="activity-detail"),
     path("activities/<int:activity_id>/flag", seckill_apis.FlagApi.as_view(), name="activity-flag"),
     path("activities/<int:activity_id>/purchase", seckill_apis.PurchaseApi.as_view(), name="activity-purchase"),
     path("activities/<int:activity_id>/result", seckill_apis.ResultApi.as_view(), name="activity-result"),
     path("activities/<int:activity_id>/captcha", seckill_apis.CaptchaApi.as_view(), name="activity-captcha"),
-    path("ping", seckill_apis.PingApi.as_view(), name="ping"),
     path("orders/", order_apis.OrderListApi.as_view(), name="order-list"),
     path("orders/<str:order_no>/", order_apis.OrderDetailApi.as_view(), name="order-detail"),
     path("orders/<str:order_no>/pay", order_apis.OrderPayApi.as_view(), name="order-pay"),

@@ -122,17 +122,6 @@ class CaptchaApi(APIView):
         return Response(CaptchaSerializer(challenge).data, status=201, headers=NO_STORE)
 
 
-class PingApi(APIView):
-    """The bare JSON view: the yardstick benchmarks compare the purchase path with."""
-
-    permission_classes = [AllowAny]
-    authentication_classes = []
-
-    @extend_schema(responses={200: None})
-    def get(self, request):
-        return Response({"ok": True})
-
-
 class ResultApi(APIView):
     @extend_schema(responses={200: None, 401: _ERR, 404: _ERR})
     def get(self, request, activity_id: int):
