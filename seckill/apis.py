@@ -1,5 +1,8 @@
 """The JSON API of the flash sale: thin views over gates, services and selectors."""
 
+import functools
+
+from django.http import JsonResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.permissions import AllowAny
@@ -15,10 +18,9 @@ from .gates import (
     purchase_body_parse,
     purchase_captcha_check,
     purchase_eligibility_check,
-    purchase_rate_check,
-    purchase_sold_out_check,
-    purchase_token_check,
-    purchase_window_check,
+    purchase_front_check,
+    purchase_front_gates,
+    purchase_front_passed,
     traffic_limit_check,
 )
 from .models import Activity
@@ -35,6 +37,14 @@ from .services import activity_flag, purchase_reserve
 
 NO_STORE = {"Cache-Control": "no-store, max-age=0"}
 _ERR = OpenApiResponse(ErrorSerializer)
+
+
+def error_json(exc: ApiError) -> JsonResponse:
+    """The same body and headers as the DRF exception handler, without DRF."""
+    response = JsonResponse({"code": exc.code, "detail": exc.detail}, status=exc.status)
+    for name, value in exc.headers().items():
+        response[name] = value
+    return response
 
 
 def snapshot_or_404(activity_id: int) -> ActivitySnapshot:
@@ -79,6 +89,20 @@ class FlagApi(APIView):
 
 
 class PurchaseApi(APIView):
+    @classmethod
+    def as_view(cls, **initkwargs):
+        """The front gates answer first (see gates.purchase_front_gates); DRF does the rest."""
+        view = super().as_view(**initkwargs)
+
+        def purchase(request, *args, **kwargs):
+            try:
+                purchase_front_gates(request, activity_id=kwargs["activity_id"])
+            except ApiError as exc:
+                return error_json(exc)
+            return view(request, *args, **kwargs)
+
+        return functools.update_wrapper(purchase, view)  # keeps .cls and csrf_exempt (schema, middleware)
+
     @extend_schema(
         request=PurchaseRequestSerializer,
         responses={
@@ -92,10 +116,8 @@ class PurchaseApi(APIView):
         body = purchase_body_parse(request.data, activity=activity)
         now = timezone.now()
         user_id = request.user.pk
-        purchase_window_check(activity, now)
-        purchase_token_check(activity, body.token, now)
-        purchase_sold_out_check(activity)  # Redis's last answer, remembered: costs nothing
-        purchase_rate_check(request, activity=activity, user_id=user_id)
+        if not purchase_front_passed(request):
+            purchase_front_check(request, activity=activity, user_id=user_id, body=body, now=now)
         purchase_blacklist_check(request, user_id=user_id)
         purchase_eligibility_check(activity, user_id=user_id, now=now)
         purchase_captcha_check(activity, user_id=user_id, body=body)

@@ -13,6 +13,7 @@ from decimal import Decimal
 import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -141,8 +142,9 @@ def _shared_rebuild(client: redis.Redis, keys: _SharedKeys, codec: _Codec) -> ob
     return value
 
 
-def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: float) -> object:
-    """The value from this process's memory, else Redis, else ``load()`` under a lock."""
+def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: float, shared: bool = True) -> object:
+    """The value from this process's memory, else Redis (when ``shared``), else the
+    database read under a lock."""
     found, value = _local_get(name)
     if found:
         return value
@@ -160,7 +162,7 @@ def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: fl
         if found:
             return value
         try:
-            value = _shared_get_or_build(keys, codec)
+            value = _shared_get_or_build(keys, codec) if shared else codec.load()
         except redis.RedisError as exc:
             logger.warning("cache Redis unavailable for %s, reading the database: %s", name, exc)
             value = codec.load()
@@ -191,6 +193,13 @@ def _shared_get_or_build(keys: _SharedKeys, codec: _Codec) -> object:
             logger.warning("cache rebuild of %s took too long; reading the database", keys.value)
             return codec.load()
         time.sleep(0.01)
+
+
+def _after_commit(func: Callable[[], None]) -> None:
+    """Now, or when the caller's transaction commits (an admin save runs in one): never
+    talk to Redis inside a transaction, and never drop a copy that a rebuild could fill
+    again from the not-yet-committed old row."""
+    transaction.on_commit(func)
 
 
 def _shared_forget(client: redis.Redis, keys: _SharedKeys) -> None:
@@ -248,7 +257,11 @@ _CEILING_CODEC = _Codec(
 
 def activity_id_ceiling() -> int:
     return _shared_cached(
-        "activity-ceiling", _CEILING_KEYS, _CEILING_CODEC, local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL
+        "activity-ceiling",
+        _CEILING_KEYS,
+        _CEILING_CODEC,
+        local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL,
+        shared=settings.SECKILL_ACTIVITY_REDIS_TTL > 0,
     )
 
 
@@ -267,9 +280,16 @@ def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
     """
     if not 0 < activity_id < 2**63:  # beyond a bigint: no such row, and no query
         return None
+    found, value = _local_get(f"activity:{activity_id}")
+    if found:  # the hot path: nothing else to build
+        return value
     codec = _Codec(lambda: _activity_lookup(activity_id), _activity_dump, _activity_undump, _activity_ttl)
     return _shared_cached(
-        f"activity:{activity_id}", _activity_keys(activity_id), codec, local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL
+        f"activity:{activity_id}",
+        _activity_keys(activity_id),
+        codec,
+        local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL,
+        shared=settings.SECKILL_ACTIVITY_REDIS_TTL > 0,
     )
 
 
@@ -282,6 +302,12 @@ def activity_snapshot_forget(activity_id: int | None = None) -> None:
         if activity_id is None:
             _local.clear()
             return
+        _local.pop(f"activity:{activity_id}", None)
+    _after_commit(lambda: _activity_forget_now(activity_id))
+
+
+def _activity_forget_now(activity_id: int) -> None:
+    with _local_lock:
         _local.pop(f"activity:{activity_id}", None)
     try:
         client = gate_redis()
@@ -380,14 +406,23 @@ def blacklist() -> Blacklist:
     SECKILL_BLACKLIST_REDIS_TTL).
     """
     return _shared_cached(
-        "blacklist", _BLACKLIST_KEYS, _BLACKLIST_CODEC, local_ttl=settings.SECKILL_BLACKLIST_CACHE_TTL
+        "blacklist",
+        _BLACKLIST_KEYS,
+        _BLACKLIST_CODEC,
+        local_ttl=settings.SECKILL_BLACKLIST_CACHE_TTL,
+        shared=settings.SECKILL_BLACKLIST_REDIS_TTL > 0,
     )
 
 
 def blacklist_forget() -> None:
+    def forget_now() -> None:
+        with _local_lock:
+            _local.pop("blacklist", None)
+        _shared_forget(gate_redis(), _BLACKLIST_KEYS)
+
     with _local_lock:
         _local.pop("blacklist", None)
-    _shared_forget(gate_redis(), _BLACKLIST_KEYS)
+    _after_commit(forget_now)
 
 
 @dataclass(frozen=True)
@@ -400,24 +435,31 @@ def _shopper_key(user_id: int) -> str:
     return f"seckill:shopper:{user_id}"
 
 
+def _shopper_facts_load(user_id: int) -> ShopperFacts | None:
+    row = (
+        get_user_model().objects.filter(pk=user_id).values_list("date_joined", "shopper_profile__member_level").first()
+    )
+    facts = ShopperFacts(member_level=row[1] or 0, date_joined=row[0]) if row else None
+    return facts
+
+
 def shopper_facts(user_id: int) -> ShopperFacts | None:
     """What eligibility rules need of a shopper, cached in Redis for SECKILL_SHOPPER_CACHE_TTL."""
+    if settings.SECKILL_SHOPPER_CACHE_TTL <= 0:
+        return _shopper_facts_load(user_id)
     client = gate_redis()
     raw = client.get(_shopper_key(user_id))
     if raw is not None:
         data = json.loads(raw)
         return ShopperFacts(data[0], parse_datetime(data[1])) if data else None
-    row = (
-        get_user_model().objects.filter(pk=user_id).values_list("date_joined", "shopper_profile__member_level").first()
-    )
-    facts = ShopperFacts(member_level=row[1] or 0, date_joined=row[0]) if row else None
+    facts = _shopper_facts_load(user_id)
     raw = json.dumps([facts.member_level, facts.date_joined] if facts else None, default=_json_default)
     client.set(_shopper_key(user_id), raw, ex=settings.SECKILL_SHOPPER_CACHE_TTL)
     return facts
 
 
 def shopper_facts_forget(user_id: int) -> None:
-    gate_redis().delete(_shopper_key(user_id))
+    _after_commit(lambda: gate_redis().delete(_shopper_key(user_id)))
 
 
 def redis_remaining(activity_id: int) -> int | None:

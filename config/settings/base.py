@@ -251,7 +251,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Every 4xx is an expected answer (a flash sale refuses most requests): a log line
+        # for each would cost more than the refusal. 5xx are still logged.
+        "django.request": {"level": "ERROR"},
+    },
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -26,6 +26,10 @@ SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=0.0
 SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=0.0)
 SECKILL_RATE_PER_USER = env("SECKILL_RATE_PER_USER", default="off")
 SECKILL_RATE_PER_IP = env("SECKILL_RATE_PER_IP", default="off")
+SECKILL_ACTIVITY_REDIS_TTL = env.float("SECKILL_ACTIVITY_REDIS_TTL", default=0.0)
+SECKILL_BLACKLIST_CACHE_TTL = env.float("SECKILL_BLACKLIST_CACHE_TTL", default=0.0)
+SECKILL_BLACKLIST_REDIS_TTL = env.float("SECKILL_BLACKLIST_REDIS_TTL", default=0.0)
+SECKILL_SHOPPER_CACHE_TTL = env.int("SECKILL_SHOPPER_CACHE_TTL", default=0)
 
 # --- isolation ------------------------------------------------------------------
 # The suite owns two Redis databases (stock/cache and broker) and flushes them per

@@ -19,7 +19,17 @@ from seckill.services import activity_token_ensure, blacklist_entry_save, shoppe
 
 from ..factories import make_activity, make_users
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def production_caches(settings):
+    """The copies in this process and in Redis as in production (the test settings turn
+    them off); the tests then also show that every change reaches them."""
+    settings.SECKILL_ACTIVITY_REDIS_TTL = 60.0
+    settings.SECKILL_BLACKLIST_CACHE_TTL = 2.0
+    settings.SECKILL_BLACKLIST_REDIS_TTL = 60.0
+    settings.SECKILL_SHOPPER_CACHE_TTL = 60
 
 
 def client_for(user, **headers) -> APIClient:

@@ -45,7 +45,8 @@ def settled_reads() -> int:
 @pytest.fixture
 def busy_server(transactional_db, process_logs):
     # Many workers and threads: many concurrent misses, in several processes at once.
-    process, base = start_gunicorn(process_logs, workers=4, threads=32, env=subprocess_env())
+    env = subprocess_env(SECKILL_ACTIVITY_REDIS_TTL="60", SECKILL_ACTIVITY_ABSENT_TTL="30")
+    process, base = start_gunicorn(process_logs, workers=4, threads=32, env=env)
     yield base
     process.stop()
 

@@ -33,7 +33,7 @@ def calls_since(before: dict[str, int]) -> dict[str, int]:
 @pytest.fixture
 def remembering_server(transactional_db, process_logs):
     # The production defaults of the two memories (test settings turn them off).
-    env = subprocess_env(SECKILL_SOLD_OUT_TTL="1", SECKILL_ACTIVITY_CACHE_TTL="1")
+    env = subprocess_env(SECKILL_SOLD_OUT_TTL="1", SECKILL_ACTIVITY_CACHE_TTL="1", SECKILL_ACTIVITY_REDIS_TTL="60")
     process, base = start_gunicorn(process_logs, workers=WORKERS, threads=8, env=env)
     yield base
     process.stop()
