@@ -58,6 +58,10 @@ def test_500_concurrent_purchases_for_an_uncached_activity_make_one_query(busy_s
     keys, token = keys_of(users), activity_token_ensure(activity_id=activity.pk)
     # Every shopper's API token known to the server first: only the activity is cold.
     concurrently([(lambda k=keys[u.pk]: http(base, "GET", "/api/orders/", key=k)[0]) for u in users], threads=64)
+    # The server caches the activity (and the highest id, which answers for made-up ids
+    # above it); then the activity's copies are dropped, as any change to it does.
+    assert http(base, "GET", f"/api/activities/{activity.pk}/flag")[0] == 200
+    assert gate_redis().get(ActivityKeys(activity.pk).snapshot) is not None
     activity_snapshot_forget(activity.pk)
     assert gate_redis().get(ActivityKeys(activity.pk).snapshot) is None
     before = settled_reads()
