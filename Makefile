@@ -5,12 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint format bench clean services-down
+.PHONY: run test install lint format bench clean services-down messages
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing dependencies into $(VENV)…"
-	@$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@$(BIN)/pip install --quiet --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -29,6 +29,14 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	@$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# Shopper-page translations: refresh the .po from the code, then compile the committed .mo
+# (needs gettext; installed with apt when missing and possible).
+messages: $(STAMP)
+	@command -v msgfmt >/dev/null || (apt-get update -qq && apt-get install -y -qq gettext)
+	@$(BIN)/python manage.py makemessages -l zh_Hans --no-wrap --no-location \
+		--ignore '.venv/*' --ignore '.local/*' --ignore 'staticfiles/*' --ignore 'tests/*' --ignore 'bench/*'
+	@$(BIN)/python manage.py compilemessages -l zh_Hans --ignore '.venv/*'
 
 services-down: $(STAMP)
 	@$(BIN)/python -m config.embedded down

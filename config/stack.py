@@ -54,7 +54,7 @@ def processes(env: dict) -> dict[str, list[str]]:
             "--loglevel",
             "INFO",
             "--schedule",
-            str(BASE_DIR / ".local" / "celerybeat-schedule"),
+            str(embedded.STATE_DIR / "celerybeat-schedule"),
         ],
     }
 
@@ -65,7 +65,7 @@ def main() -> int:
     already = embedded.running_services()
     env.update(embedded.ensure_services(env))
     started_here = embedded.running_services() - already
-    (BASE_DIR / ".local").mkdir(exist_ok=True)
+    embedded.STATE_DIR.mkdir(parents=True, exist_ok=True)
 
     children: dict[str, subprocess.Popen] = {}
     stopping = False
@@ -84,6 +84,8 @@ def main() -> int:
         _say("seeding demo data…")
         _manage("seed_demo", env=env)
         for name, argv in processes(env).items():
+            if stopping:  # Ctrl-C during the set-up: start nothing more
+                break
             # Own process groups: the terminal's Ctrl-C reaches this supervisor, which
             # then stops each child in order instead of all of them at once.
             children[name] = subprocess.Popen(argv, cwd=BASE_DIR, env=env, start_new_session=True)
@@ -115,7 +117,8 @@ def main() -> int:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _say(f"{name} did not stop in time; killing it")
-                proc.kill()
+                # The whole group: gunicorn's workers and the worker's pool go with it.
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         stopped = embedded.stop_services(started_here)
         _say("stopped" + (f" (and the embedded {', '.join(stopped)})" if stopped else ""))

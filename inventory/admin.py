@@ -9,35 +9,30 @@ class ProductAdmin(admin.ModelAdmin):
     search_fields = ["name", "description"]
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Stock rows and ledger entries change only through the stock services."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(SeckillStock)
-class SeckillStockAdmin(admin.ModelAdmin):
+class SeckillStockAdmin(ReadOnlyAdmin):
     """Read-only: stock changes only through the stock services."""
 
     list_display = ["activity", "total", "available", "version", "updated_at"]
     search_fields = ["activity__title"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(StockMovement)
-class StockMovementAdmin(admin.ModelAdmin):
+class StockMovementAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "activity", "order", "kind", "quantity", "reason"]
     list_filter = ["kind", "reason"]
     search_fields = ["order__order_no", "activity__title"]
     list_select_related = ["activity", "order"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

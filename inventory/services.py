@@ -43,12 +43,7 @@ def stock_deduct(*, activity_id: int, orders: Sequence, reason: str = "order_cre
     )
     if not updated:
         raise InsufficientStock(f"activity {activity_id}: fewer than {units} units available")
-    StockMovement.objects.bulk_create(
-        StockMovement(
-            activity_id=activity_id, order_id=o.pk, kind=StockMovement.Kind.DEDUCT, quantity=o.quantity, reason=reason
-        )
-        for o in orders
-    )
+    _ledger_write(activity_id=activity_id, orders=orders, kind=StockMovement.Kind.DEDUCT, reason=reason)
 
 
 def stock_return(*, activity_id: int, orders: Iterable, reason: str) -> None:
@@ -63,9 +58,12 @@ def stock_return(*, activity_id: int, orders: Iterable, reason: str) -> None:
     )
     if not updated:
         raise InsufficientStock(f"activity {activity_id}: returning {units} units would exceed the total")
+    _ledger_write(activity_id=activity_id, orders=orders, kind=StockMovement.Kind.RETURN, reason=reason)
+
+
+def _ledger_write(*, activity_id: int, orders: Iterable, kind: str, reason: str) -> None:
+    """One ledger row per order: every change of ``available`` is explained."""
     StockMovement.objects.bulk_create(
-        StockMovement(
-            activity_id=activity_id, order_id=o.pk, kind=StockMovement.Kind.RETURN, quantity=o.quantity, reason=reason
-        )
+        StockMovement(activity_id=activity_id, order_id=o.pk, kind=kind, quantity=o.quantity, reason=reason)
         for o in orders
     )

@@ -1,6 +1,19 @@
-from django.contrib import admin
+import json
 
-from .models import AnomalyOrder, Order
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+
+from seckill.models import Activity
+
+from .charts import activity_charts
+from .models import AnomalyOrder, Order, ReconciliationReport
+from .selectors import activity_report_data, anomaly_evidence
+from .services import AnomalyActionError, anomaly_order_recreate, anomaly_resolve, anomaly_stock_return
 
 
 @admin.register(Order)
@@ -28,23 +41,181 @@ class OrderAdmin(admin.ModelAdmin):
         return False
 
 
+def _table(rows) -> str:
+    return format_html(
+        '<table class="evidence">{}</table>',
+        format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", ((k, "–" if v is None else v) for k, v in rows)),
+    )
+
+
+ANOMALY_ACTIONS = {
+    "resolve": (anomaly_resolve, "resolved"),
+    "recreate": (anomaly_order_recreate, "order re-created"),
+    "return": (anomaly_stock_return, "stock returned"),
+}
+
+
 @admin.register(AnomalyOrder)
 class AnomalyOrderAdmin(admin.ModelAdmin):
+    """Read-only evidence; staff act through three buttons, each a service that records
+    who did what and when (the history)."""
+
     list_display = ["id", "kind", "activity", "user", "order", "status", "created_at", "resolved_by"]
     list_filter = ["status", "kind", "activity"]
     search_fields = ["reservation_id", "user__username", "order__order_no"]
     list_select_related = ["activity", "user", "order", "resolved_by"]
-    readonly_fields = [
-        "kind",
-        "activity",
-        "user",
-        "order",
-        "reservation_id",
-        "details",
-        "created_at",
-        "resolved_by",
-        "resolved_at",
+    change_form_template = "admin/orders/anomalyorder/change_form.html"
+    fieldsets = [
+        (
+            None,
+            {"fields": ["kind", "status", "activity", "user", "order", "reservation_id", "fault_key", "created_at"]},
+        ),
+        ("Evidence", {"fields": ["details_pretty", "redis_state", "order_state", "ledger"]}),
+        ("Resolution", {"fields": ["resolution_note", "resolved_by", "resolved_at", "history_pretty"]}),
     ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f for fields in (fs[1]["fields"] for fs in self.fieldsets) for f in fields]
 
     def has_add_permission(self, request):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        """Nothing is edited here: every change goes through an action (a service)."""
+
+    def _evidence(self, obj):
+        cache = getattr(self, "_evidence_cache", None)
+        if cache is None or cache[0] != obj.pk:
+            self._evidence_cache = cache = (obj.pk, anomaly_evidence(anomaly=obj))
+        return cache[1]
+
+    @admin.display(description="details")
+    def details_pretty(self, obj):
+        return format_html("<pre>{}</pre>", json.dumps(obj.details, indent=2, default=str))
+
+    @admin.display(description="Redis state")
+    def redis_state(self, obj):
+        return _table(self._evidence(obj)["redis"].items())
+
+    @admin.display(description="the order")
+    def order_state(self, obj):
+        order = self._evidence(obj)["order"]
+        if order is None:
+            return "no order"
+        fields = ["order_no", "status", "quantity", "amount", "shard", "reservation_id", "cancel_reason"]
+        fields += ["pay_deadline", "created_at", "paid_at", "cancelled_at"]
+        return _table((f, getattr(order, f)) for f in fields)
+
+    @admin.display(description="ledger entries of the order")
+    def ledger(self, obj):
+        moves = self._evidence(obj)["ledger"]
+        if not moves:
+            return "none"
+        return _table(
+            (f"#{m.pk} {m.created_at:%Y-%m-%d %H:%M:%S}", f"{m.kind} {m.quantity} ({m.reason})") for m in moves
+        )
+
+    @admin.display(description="history")
+    def history_pretty(self, obj):
+        if not obj.history:
+            return "–"
+        return format_html_join(
+            "",
+            "<div>{} — {} by {}: {} <em>{}</em></div>",
+            ((h["at"], h["action"], h["by"], h.get("result", ""), h.get("note", "")) for h in obj.history),
+        )
+
+    def get_urls(self):
+        return [
+            path(
+                "<path:object_id>/act/<str:action>/",
+                self.admin_site.admin_view(self.act_view),
+                name="orders_anomalyorder_act",
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        obj = self.get_object(request, object_id)
+        can_act = obj is not None and self.has_change_permission(request, obj)
+        extra = {
+            "can_act": can_act and obj.status == AnomalyOrder.Status.OPEN,
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, extra)
+
+    def act_view(self, request, object_id, action):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        anomaly = get_object_or_404(AnomalyOrder, pk=object_id)
+        if not self.has_change_permission(request, anomaly) or action not in ANOMALY_ACTIONS:
+            raise PermissionDenied
+        service, done = ANOMALY_ACTIONS[action]
+        try:
+            result = service(anomaly=anomaly, by=request.user, note=request.POST.get("note", ""))
+        except AnomalyActionError as exc:
+            self.message_user(request, f"Not done: {exc}", messages.ERROR)
+        else:
+            self.message_user(request, f"Anomaly #{anomaly.pk}: {done} ({result}).", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:orders_anomalyorder_change", args=[anomaly.pk]))
+
+
+@admin.register(ReconciliationReport)
+class ReconciliationReportAdmin(admin.ModelAdmin):
+    """Every reconciliation run, read-only; plus the report page of an activity."""
+
+    list_display = ["created_at", "activity", "identity_ok", "final", "actions_taken", "anomalies_opened", "page"]
+    list_filter = ["identity_ok", "final", "activity"]
+    list_select_related = ["activity"]
+    date_hierarchy = "created_at"
+    fields = ["activity", "created_at", "identity_ok", "final", "actions_taken", "anomalies_opened", "report_pretty"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="report")
+    def report_pretty(self, obj):
+        return format_html("<pre>{}</pre>", json.dumps(obj.report, indent=2, default=str))
+
+    @admin.display(description="activity report page")
+    def page(self, obj):
+        url = reverse("admin:orders_reconciliationreport_activity", args=[obj.activity_id])
+        return format_html('<a href="{}">charts</a>', url)
+
+    def get_urls(self):
+        return [
+            path(
+                "activity/<int:activity_id>/",
+                self.admin_site.admin_view(self.activity_view),
+                name="orders_reconciliationreport_activity",
+            ),
+            *super().get_urls(),
+        ]
+
+    def activity_view(self, request, activity_id: int):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        activity = get_object_or_404(Activity, pk=activity_id)
+        data = activity_report_data(activity=activity)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Report: {activity}",
+            "activity": activity,
+            "figures": data["figures"],
+            "charts": activity_charts(data),
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/orders/activity_report.html", context)

@@ -59,6 +59,7 @@ class AnomalyOrder(models.Model):
         DUPLICATE_RESERVATION = "duplicate_reservation", _("reservation for a shopper who already has an order")
         REPLAY_EXHAUSTED = "replay_exhausted", _("reservation could not become an order")
         PAID_NOT_DEDUCTED = "paid_not_deducted", _("paid order without a stock deduction")
+        ORDER_NOT_DEDUCTED = "order_not_deducted", _("pending order without a stock deduction")
         DRIFT = "drift", _("stock drift reconciliation cannot explain")
 
     class Status(models.TextChoices):
@@ -70,6 +71,9 @@ class AnomalyOrder(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT)
     order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="anomalies")
     reservation_id = models.CharField(max_length=64, blank=True)
+    # Names the fault for anomalies without a reservation ("order:<id>", "redis:-3"), so
+    # a reconciliation run that sees the same fault again does not open it twice.
+    fault_key = models.CharField(max_length=100, blank=True)
     details = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
     resolution_note = models.TextField(blank=True)
@@ -77,6 +81,8 @@ class AnomalyOrder(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # What staff did about it: [{"action", "by", "at", "note", "result"}, …], oldest first.
+    history = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -88,8 +94,45 @@ class AnomalyOrder(models.Model):
                 condition=~models.Q(reservation_id=""),
                 name="anomaly_once_per_reservation",
             ),
+            models.UniqueConstraint(
+                fields=["kind", "activity", "fault_key"],
+                condition=~models.Q(fault_key=""),
+                name="anomaly_once_per_fault",
+            ),
         ]
         indexes = [models.Index(fields=["status", "kind"])]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} #{self.pk}"
+
+
+class ReconciliationReport(models.Model):
+    """One reconciliation run: what it measured, found and did (seckill.reconciliation)."""
+
+    activity = models.ForeignKey("seckill.Activity", on_delete=models.CASCADE, related_name="reconciliation_reports")
+    created_at = models.DateTimeField(auto_now_add=True)
+    identity_ok = models.BooleanField()
+    final = models.BooleanField(default=False, help_text=_("the run made when the activity was closed"))
+    anomalies_opened = models.PositiveIntegerField(default=0)
+    actions_taken = models.PositiveIntegerField(default=0)
+    report = models.JSONField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["activity", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"reconciliation of activity {self.activity_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Payment(models.Model):
+    """A payment confirmed by the gateway's signed callback: at most one per order and one
+    per gateway reference, so a replayed callback records nothing new."""
+
+    order = models.OneToOneField(Order, on_delete=models.PROTECT, related_name="payment")
+    gateway_ref = models.CharField(max_length=64, unique=True)
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.gateway_ref} for {self.order_id}"

@@ -1,13 +1,18 @@
 """Order writes: creation from reservations (the consumer), and later pay and cancel."""
 
 import logging
+import math
+import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
-from django.db import connection, transaction
+import redis
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from inventory.services import InsufficientStock, stock_deduct, stock_return
+from seckill import metrics
 from seckill.models import Activity
 from seckill.reservations import order_units_return, reservation_release, reservations_acknowledge
 from seckill.scripts import LogEntry
@@ -27,32 +32,54 @@ class BatchOutcome:
     already_done: list[str] = field(default_factory=list)  # had an order before
     released: list[str] = field(default_factory=list)  # returned to Redis, anomaly opened
 
+    def add(self, other: "BatchOutcome") -> None:
+        self.created += other.created
+        self.already_done += other.already_done
+        self.released += other.released
+
+
+def anomaly_record(
+    *,
+    kind: str,
+    activity_id: int,
+    details: dict,
+    entry: LogEntry | None = None,
+    order: Order | None = None,
+    fault_key: str = "",
+) -> tuple[AnomalyOrder, bool]:
+    """Record an anomaly once per fault: per (kind, reservation) when it concerns a
+    reservation, per (kind, fault_key) otherwise. Returns (anomaly, opened now)."""
+    user_id = entry.user_id if entry else (order.user_id if order else None)
+    if user_id is not None and not get_user_model().objects.filter(pk=user_id).exists():
+        # The shopper's row is gone (the very reason a replay may fail): keep the id in
+        # the details, since a foreign key to a missing row would fail this insert too.
+        details = {**details, "user_id": user_id}
+        user_id = None
+    defaults = {"user_id": user_id, "order": order, "details": details}
+    if entry is not None:
+        anomaly, created = AnomalyOrder.objects.get_or_create(
+            kind=kind, activity_id=activity_id, reservation_id=entry.reservation_id, defaults=defaults
+        )
+    elif fault_key:
+        anomaly, created = AnomalyOrder.objects.get_or_create(
+            kind=kind, activity_id=activity_id, fault_key=fault_key, defaults=defaults
+        )
+    else:
+        anomaly, created = AnomalyOrder.objects.create(kind=kind, activity_id=activity_id, **defaults), True
+    if created:
+        metrics.ANOMALIES_OPENED.labels(kind=kind).inc()
+        # A line an alert can fire on.
+        logger.warning(
+            "seckill.anomaly kind=%s activity=%s anomaly=%s details=%s", kind, activity_id, anomaly.pk, details
+        )
+    return anomaly, created
+
 
 def anomaly_open(
     *, kind: str, activity_id: int, details: dict, entry: LogEntry | None = None, order: Order | None = None
 ) -> AnomalyOrder:
     """Record an anomaly; one per (kind, reservation), so a retried task opens it once."""
-    user_id = entry.user_id if entry else (order.user_id if order else None)
-    if entry is None:
-        anomaly, created = (
-            AnomalyOrder.objects.create(
-                kind=kind, activity_id=activity_id, order=order, user_id=user_id, details=details
-            ),
-            True,
-        )
-    else:
-        anomaly, created = AnomalyOrder.objects.get_or_create(
-            kind=kind,
-            activity_id=activity_id,
-            reservation_id=entry.reservation_id,
-            defaults={"user_id": user_id, "order": order, "details": details},
-        )
-    if created:
-        # A line an alert can fire on.
-        logger.warning(
-            "seckill.anomaly kind=%s activity=%s anomaly=%s details=%s", kind, activity_id, anomaly.pk, details
-        )
-    return anomaly
+    return anomaly_record(kind=kind, activity_id=activity_id, details=details, entry=entry, order=order)[0]
 
 
 def _insert_orders(activity: Activity, entries: list[LogEntry]) -> list[Order]:
@@ -99,6 +126,35 @@ def _insert_orders(activity: Activity, entries: list[LogEntry]) -> list[Order]:
     ]
 
 
+_REFUSAL_REASONS = {AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock", AnomalyOrder.Kind.DUPLICATE_RESERVATION: "duplicate"}
+
+
+def _reservation_refuse(*, activity_id: int, entry: LogEntry, kind: str, free_participant: bool) -> None:
+    """A reservation the database will not honour: its units go back to Redis, and staff
+    get an anomaly. Released first, so a failing anomaly insert cannot keep the stock."""
+    live = ""
+    if not free_participant:
+        live = (
+            Order.objects.filter(activity_id=activity_id, user_id=entry.user_id, status__in=Order.LIVE_STATUSES)
+            .values_list("reservation_id", flat=True)
+            .first()
+            or ""
+        )
+    reservation_release(
+        activity_id=activity_id,
+        entry=entry,
+        free_participant=free_participant,
+        reason=_REFUSAL_REASONS[kind],
+        live_reservation_id=live,
+    )
+    anomaly_open(
+        kind=kind,
+        activity_id=activity_id,
+        entry=entry,
+        details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
+    )
+
+
 def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]) -> BatchOutcome:
     """Turn reservations into orders in one transaction, with the database stock guard.
 
@@ -120,23 +176,17 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
         if len(entries) > 1:
             # Find the reservations the database cannot honour, one at a time.
             for entry in entries:
-                single = orders_create_from_reservations(activity_id=activity_id, entries=[entry])
-                outcome.created += single.created
-                outcome.already_done += single.already_done
-                outcome.released += single.released
+                outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=[entry]))
             return outcome
-        entry = entries[0]
-        reservation_release(activity_id=activity_id, entry=entry, free_participant=True, reason="no_stock")
-        anomaly_open(
-            kind=AnomalyOrder.Kind.DB_GUARD_FAILED,
-            activity_id=activity_id,
-            entry=entry,
-            details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
+        _reservation_refuse(
+            activity_id=activity_id, entry=entries[0], kind=AnomalyOrder.Kind.DB_GUARD_FAILED, free_participant=True
         )
-        outcome.released.append(entry.reservation_id)
+        outcome.released.append(entries[0].reservation_id)
         return outcome
 
     outcome.created = [o.reservation_id for o in inserted]
+    if inserted:
+        orders_expiry_schedule(orders=inserted)
     skipped = [e for e in entries if e.reservation_id not in set(outcome.created)]
     if skipped:
         ordered = set(
@@ -150,21 +200,22 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
                 continue
             # The shopper already holds a live order: Redis let a second reservation
             # through (e.g. participants lost in a restart). The constraint said no.
-            reservation_release(activity_id=activity_id, entry=entry, free_participant=False, reason="duplicate")
-            anomaly_open(
-                kind=AnomalyOrder.Kind.DUPLICATE_RESERVATION,
+            _reservation_refuse(
                 activity_id=activity_id,
                 entry=entry,
-                details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
+                kind=AnomalyOrder.Kind.DUPLICATE_RESERVATION,
+                free_participant=False,
             )
             outcome.released.append(entry.reservation_id)
     reservations_acknowledge(activity_id=activity_id, reservation_ids=outcome.created + outcome.already_done)
     return outcome
 
 
-# --- pay and cancel -------------------------------------------------------------
+# --- pay, cancel and the payment deadline -----------------------------------------
 # Every transition is a conditional UPDATE on the current status, so a payment and a
 # timeout arriving together end in exactly one outcome, and stock moves exactly once.
+
+CANCEL_TIMEOUT = "timeout"
 
 
 class OrderNotPayable(Exception):
@@ -190,28 +241,98 @@ def order_pay(*, order: Order, now=None) -> Order:
     return order
 
 
+_CANCEL_SQL = """
+WITH moving AS (
+    SELECT id FROM {table}
+    WHERE id = ANY(%s) AND status = 'pending' {due}
+    ORDER BY id
+    FOR UPDATE {skip}
+)
+UPDATE {table} AS o SET status = 'cancelled', cancel_reason = %s, cancelled_at = %s
+FROM moving WHERE o.id = moving.id
+RETURNING o.id, o.activity_id, o.order_no, o.user_id, o.quantity, o.reservation_id, o.shard
+"""
+
+
+def orders_cancel(*, order_ids: list[int], reason: str, now, due_only: bool, skip_locked: bool = False) -> list[Order]:
+    """pending -> cancelled for those of ``order_ids`` still pending (and, with
+    ``due_only``, past their deadline); their units go back to the database now and to
+    Redis after the commit. Returns the orders this call moved, and only those: a
+    payment or another cancel that won the row moves nothing here.
+
+    ``skip_locked`` (the sweeper): leave rows another transaction is changing right now.
+    """
+    if not order_ids:
+        return []
+    sql = _CANCEL_SQL.format(
+        table=Order._meta.db_table,
+        due="AND pay_deadline <= %s" if due_only else "",
+        skip="SKIP LOCKED" if skip_locked else "",
+    )
+    params = [sorted(order_ids), *([now] if due_only else []), reason, now]
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        cancelled = [
+            Order(
+                pk=pk,
+                activity_id=activity_id,
+                order_no=no,
+                user_id=user_id,
+                quantity=quantity,
+                reservation_id=rid,
+                shard=shard,
+                status=Order.Status.CANCELLED,
+                cancel_reason=reason,
+                cancelled_at=now,
+            )
+            for pk, activity_id, no, user_id, quantity, rid, shard in rows
+        ]
+        for activity_id in sorted({o.activity_id for o in cancelled}):
+            group = [o for o in cancelled if o.activity_id == activity_id]
+            stock_return(activity_id=activity_id, orders=group, reason=f"order_cancelled:{reason}")
+        if cancelled:
+            # robust: the cancel is committed; a failure here is logged and reconciliation returns the units.
+            transaction.on_commit(lambda: orders_units_return(orders=cancelled), robust=True)
+    if cancelled:
+        metrics.ORDERS_CANCELLED.labels(reason=reason).inc(len(cancelled))
+    return cancelled
+
+
 def order_cancel(*, order: Order, reason: str, now=None) -> Order:
     """pending -> cancelled; the units go back to the database and to Redis, once.
 
-    The database part commits first; the Redis part runs after the commit (never inside
-    the transaction). If Redis is away then, reconciliation returns the units later.
+    ``reason="timeout"`` cancels only past the payment deadline (the deadline task, the
+    sweeper, reconciliation); the shopper ("shopper") or staff may cancel any time.
+    Cancelling a cancelled order again is a no-op. The Redis part runs after the
+    commit; if Redis is away then, reconciliation returns the units later.
     """
     now = now or timezone.now()
-    with transaction.atomic():
-        updated = Order.objects.filter(pk=order.pk, status=Order.Status.PENDING).update(
-            status=Order.Status.CANCELLED, cancel_reason=reason, cancelled_at=now
-        )
-        order.refresh_from_db()
-        if not updated:
-            if order.status == Order.Status.CANCELLED:
-                return order
-            raise OrderNotCancellable(f"order {order.order_no} is {order.status}")
-        stock_return(activity_id=order.activity_id, orders=[order], reason=f"order_cancelled:{reason}")
-        transaction.on_commit(lambda: order_units_return_safely(order=order))
-    return order
+    moved = orders_cancel(order_ids=[order.pk], reason=reason, now=now, due_only=reason == CANCEL_TIMEOUT)
+    order.refresh_from_db()
+    if moved or order.status == Order.Status.CANCELLED:
+        return order
+    if order.status == Order.Status.PENDING:
+        raise OrderNotCancellable(f"order {order.order_no} is not past its payment deadline")
+    raise OrderNotCancellable(f"order {order.order_no} is {order.status}")
+
+
+def orders_units_return(*, orders: list[Order]) -> int:
+    """Give cancelled orders' units back to Redis (each to its shard) and free the
+    shoppers; returns how many went back now. An ended activity has no Redis state left
+    to return to: the database is the truth then."""
+    live = set(
+        Activity.objects.filter(pk__in={o.activity_id for o in orders})
+        .exclude(status=Activity.Status.ENDED)
+        .values_list("pk", flat=True)
+    )
+    return sum(order_units_return_safely(order=o) for o in orders if o.activity_id in live)
 
 
 def order_units_return_safely(*, order: Order) -> bool:
+    """The one place a cancelled order's units go back to Redis: ``order`` carries the
+    shard the units came from."""
     try:
         return order_units_return(
             activity_id=order.activity_id,
@@ -223,3 +344,190 @@ def order_units_return_safely(*, order: Order) -> bool:
     except Exception as exc:  # Redis away: reconciliation finds the cancelled order not yet returned
         logger.warning("cancel: Redis return of %s deferred to reconciliation: %s", order.order_no, exc)
         return False
+
+
+def orders_expiry_schedule(*, orders: list[Order]) -> None:
+    """After the commit that created them, make sure a deadline task is scheduled for
+    every order: one task per activity and second of deadline, shared by all orders due
+    in that second (a sale creates thousands of orders a second; an eta message each
+    would sit in the workers' memory until it runs). A Redis flag (SET NX) tells whether
+    that second has its task. If the broker is away the sweeper cancels them instead."""
+    from .tasks import orders_expire_task
+
+    due = sorted({(o.activity_id, math.ceil(o.pay_deadline.timestamp())) for o in orders})
+
+    def schedule() -> None:
+        for activity_id, second in due:
+            try:
+                if orders_expiry_claim(activity_id=activity_id, due_second=second):
+                    orders_expire_task.apply_async(
+                        args=[activity_id, second], eta=datetime.fromtimestamp(second, tz=UTC)
+                    )
+            except Exception as exc:  # any broker failure; the sweeper is the safety net
+                logger.warning("deadline task of activity %s not scheduled, the sweeper will act: %s", activity_id, exc)
+
+    transaction.on_commit(schedule, robust=True)
+
+
+def orders_expiry_claim(*, activity_id: int, due_second: int) -> bool:
+    """True for the first caller of this activity and second (who schedules the task);
+    True as well when Redis cannot say: a second task is harmless, a missing one is not."""
+    from seckill.keys import ActivityKeys
+    from seckill.redis_client import stock_redis
+
+    ttl = max(60, int(due_second - time.time()) + 600)
+    try:
+        return bool(stock_redis().set(ActivityKeys(activity_id).expiry_scheduled(due_second), 1, nx=True, ex=ttl))
+    except redis.RedisError:
+        return True
+
+
+def orders_expire_due(*, activity_id: int, due_second: int, now=None) -> int | None:
+    """The deadline task: cancel the activity's pending orders past their deadline.
+    None when it runs before ``due_second`` (a clock ahead elsewhere): try again then."""
+    now = now or timezone.now()
+    if now.timestamp() < due_second:
+        return None
+    return orders_expire_overdue(activity_id=activity_id, now=now)
+
+
+def orders_expire_overdue(*, activity_id: int | None = None, now=None, batch_size: int = 500) -> int:
+    """The sweeper (and reconciliation): cancel every pending order past its deadline,
+    oldest first, one transaction per batch. Returns how many it cancelled."""
+    now = now or timezone.now()
+    overdue = Order.objects.filter(status=Order.Status.PENDING, pay_deadline__lte=now)
+    if activity_id is not None:
+        overdue = overdue.filter(activity_id=activity_id)
+    total = 0
+    while True:
+        ids = list(overdue.order_by("pay_deadline", "id").values_list("pk", flat=True)[:batch_size])
+        moved = orders_cancel(order_ids=ids, reason=CANCEL_TIMEOUT, now=now, due_only=True, skip_locked=True)
+        total += len(moved)
+        if not moved:  # nothing left, or only rows a payment holds right now
+            return total
+
+
+def order_deduction_repair(*, order: Order, reason: str = "reconcile_missing_deduct") -> bool:
+    """Take a live order's units from the database stock when it never was (no DEDUCT
+    row). Once per order: the ledger's unique (order, kind) turns a second try into a
+    rollback. Returns True when deducted now."""
+    try:
+        with transaction.atomic():
+            stock_deduct(activity_id=order.activity_id, orders=[order], reason=reason)
+    except (InsufficientStock, IntegrityError):
+        return False
+    return True
+
+
+# --- staff actions on anomalies ------------------------------------------------------
+
+
+class AnomalyActionError(Exception):
+    pass
+
+
+def _anomaly_log(*, anomaly: AnomalyOrder, action: str, by, note: str, result: str, resolve: bool) -> AnomalyOrder:
+    """Append one entry to the anomaly's history (who, when, what, result); resolve it
+    when asked. A conditional update on the status: resolving twice records once."""
+    now = timezone.now()
+    entry = {"action": action, "by": by.get_username(), "by_id": by.pk, "at": now.isoformat(), "note": note}
+    entry["result"] = result
+    with transaction.atomic():
+        locked = AnomalyOrder.objects.select_for_update().get(pk=anomaly.pk)
+        if resolve and locked.status != AnomalyOrder.Status.OPEN:
+            raise AnomalyActionError(f"anomaly #{anomaly.pk} is already {locked.status}")
+        locked.history = [*locked.history, entry]
+        fields = ["history"]
+        if resolve:
+            locked.status = AnomalyOrder.Status.RESOLVED
+            locked.resolution_note = note
+            locked.resolved_by = by
+            locked.resolved_at = now
+            fields += ["status", "resolution_note", "resolved_by", "resolved_at"]
+        locked.save(update_fields=fields)
+    logger.info("anomaly %s: %s by %s: %s", anomaly.pk, action, by.get_username(), result)
+    return locked
+
+
+def anomaly_resolve(*, anomaly: AnomalyOrder, by, note: str) -> AnomalyOrder:
+    """Close an anomaly with a note saying what was done about it."""
+    note = (note or "").strip()
+    if not note:
+        raise AnomalyActionError("a note is required to resolve an anomaly")
+    return _anomaly_log(anomaly=anomaly, action="resolve", by=by, note=note, result="resolved", resolve=True)
+
+
+def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Order:
+    """Give the shopper of a reservation that never became an order their order after all.
+
+    The units are taken the normal way: a fresh reservation through the purchase script
+    (so Redis and its participants stay right) turned into an order by the consumer
+    (the database guard). Once the activity's Redis state is gone (ended), the order
+    is written with the database guard alone.
+    """
+    from seckill.keys import ActivityKeys
+    from seckill.redis_client import stock_redis
+    from seckill.scripts import ScriptCode, run_purchase
+
+    if anomaly.user_id is None:
+        raise AnomalyActionError("this anomaly names no shopper to create an order for")
+    existing = Order.objects.filter(
+        activity_id=anomaly.activity_id, user_id=anomaly.user_id, status__in=Order.LIVE_STATUSES
+    ).first()
+    if existing is not None:
+        raise AnomalyActionError(f"the shopper already holds order {existing.order_no}")
+    activity = Activity.objects.get(pk=anomaly.activity_id)
+    quantity = int(anomaly.details.get("quantity") or (anomaly.order.quantity if anomaly.order else 1))
+    if activity.status != Activity.Status.ENDED:
+        reply = run_purchase(
+            stock_redis(),
+            ActivityKeys(activity.pk),
+            user_id=anomaly.user_id,
+            quantity=quantity,
+            limit=activity.per_user_limit,
+        )
+        if reply.code != ScriptCode.RESERVED:
+            reasons = {ScriptCode.DUPLICATE: "the shopper has a reservation", ScriptCode.SOLD_OUT: "sold out"}
+            raise AnomalyActionError(f"no unit could be reserved: {reasons.get(reply.code, reply.code)}")
+        entry = LogEntry(reply.reservation_id, anomaly.user_id, quantity, 0)
+        if not orders_create_from_reservations(activity_id=activity.pk, entries=[entry]).created:
+            raise AnomalyActionError("the database refused the order (see the new anomaly)")
+    else:
+        entry = LogEntry(f"staff-{anomaly.pk}-{int(timezone.now().timestamp())}", anomaly.user_id, quantity, 0)
+        try:
+            with transaction.atomic():
+                inserted = _insert_orders(activity, [entry])
+                stock_deduct(activity_id=activity.pk, orders=inserted, reason="staff_recreate")
+        except InsufficientStock as exc:
+            raise AnomalyActionError(f"the database has no stock: {exc}") from exc
+        orders_expiry_schedule(orders=inserted)
+    order = Order.objects.get(activity_id=activity.pk, reservation_id=entry.reservation_id)
+    AnomalyOrder.objects.filter(pk=anomaly.pk, order__isnull=True).update(order=order)
+    _anomaly_log(
+        anomaly=anomaly, action="recreate_order", by=by, note=note, result=f"order {order.order_no}", resolve=False
+    )
+    return order
+
+
+def anomaly_stock_return(*, anomaly: AnomalyOrder, by, note: str = "") -> str:
+    """Give back the units an anomaly holds: its pending order is cancelled (database
+    and Redis, once), or its reservation still in the Redis log is released."""
+    from .selectors import reservation_entry
+
+    result = ""
+    if anomaly.order_id is not None:
+        moved = orders_cancel(order_ids=[anomaly.order_id], reason="staff", now=timezone.now(), due_only=False)
+        if not moved:
+            order = Order.objects.get(pk=anomaly.order_id)
+            raise AnomalyActionError(f"nothing to return: order {order.order_no} is {order.status}")
+        result = f"order {moved[0].order_no} cancelled, {moved[0].quantity} unit(s) returned"
+    elif anomaly.reservation_id:
+        entry = reservation_entry(activity_id=anomaly.activity_id, reservation_id=anomaly.reservation_id)
+        if entry and reservation_release(
+            activity_id=anomaly.activity_id, entry=entry, free_participant=True, reason="staff"
+        ):
+            result = f"reservation {entry.reservation_id} released, {entry.quantity} unit(s) returned"
+    if not result:
+        raise AnomalyActionError("nothing to return: the units were already given back")
+    _anomaly_log(anomaly=anomaly, action="return_stock", by=by, note=note, result=result, resolve=False)
+    return result

@@ -1,10 +1,12 @@
+import time
+
 import redis
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
 from seckill.scripts import LogEntry
 
-from .services import orders_create_from_reservations
+from .services import orders_create_from_reservations, orders_expire_due, orders_expire_overdue
 
 
 @shared_task(
@@ -21,3 +23,26 @@ def order_create_task(activity_id: int, reservation_id: str, user_id: int, quant
     orders_create_from_reservations(
         activity_id=activity_id, entries=[LogEntry(reservation_id, user_id, quantity, shard)]
     )
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=1,
+    retry_backoff_max=30,
+    max_retries=20,
+)
+def orders_expire_task(self, activity_id: int, due_second: int) -> int:
+    """The payment deadline of the orders of one activity due in one second (scheduled
+    with eta = that second). Delivered early, it waits; never run, the sweeper acts."""
+    cancelled = orders_expire_due(activity_id=activity_id, due_second=due_second)
+    if cancelled is None:
+        raise self.retry(countdown=max(0.5, due_second - time.time()), max_retries=None)
+    return cancelled
+
+
+@shared_task
+def orders_expire_overdue_task() -> int:
+    """The sweeper: the safety net of the deadline tasks (lost messages, broker outages)."""
+    return orders_expire_overdue()

@@ -1,12 +1,15 @@
 import redis
 from django.contrib import admin, messages
 from django.db.models import Count, Q
+from django.urls import reverse
+from django.utils.html import format_html
 
 from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
 from orders.models import Order
 
 from .models import Activity, BlacklistEntry, ShopperProfile
+from .pages import activity_page_publish
 from .selectors import redis_remaining_many
 from .services import (
     WarmupError,
@@ -44,6 +47,7 @@ class ActivityAdmin(admin.ModelAdmin):
         "redis_remaining",
         "pending_orders",
         "paid_orders",
+        "report_link",
     ]
     list_filter = ["status", "start_at", "end_at"]
     search_fields = ["title", "product__name"]
@@ -52,7 +56,7 @@ class ActivityAdmin(admin.ModelAdmin):
     autocomplete_fields = ["product"]
     readonly_fields = ["status", "warmed_at", "created_at", "updated_at"]
     inlines = [SeckillStockInline]
-    actions = ["warm_up", "force_rewarm", "end_and_clean_up"]
+    actions = ["warm_up", "force_rewarm", "end_and_clean_up", "publish"]
     fieldsets = [
         (None, {"fields": ["title", "product", "seckill_price", "start_at", "end_at"]}),
         ("Stock", {"fields": ["total_stock", "safety_stock", "shards", "per_user_limit"]}),
@@ -111,6 +115,11 @@ class ActivityAdmin(admin.ModelAdmin):
     def paid_orders(self, obj):
         return obj.paid_count
 
+    @admin.display(description="report")
+    def report_link(self, obj):
+        url = reverse("admin:orders_reconciliationreport_activity", args=[obj.pk])
+        return format_html('<a href="{}">report</a>', url)
+
     def save_model(self, request, obj, form, change):
         try:
             activity_save(activity=obj)
@@ -119,7 +128,8 @@ class ActivityAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
-        if obj is not None and obj.orders.exists():
+        # Once the sale has started, reservations may exist that are not orders yet.
+        if obj is not None and (obj.phase != Activity.Phase.UPCOMING or obj.orders.exists()):
             fields += ["total_stock", "safety_stock", "shards", "per_user_limit"]
         return fields
 
@@ -132,15 +142,15 @@ class ActivityAdmin(admin.ModelAdmin):
             else:
                 self.message_user(request, f"{activity}: {verb} done: {result}", messages.SUCCESS)
 
-    @admin.action(description="Warm up (load stock into Redis)")
+    @admin.action(description="Warm up (load stock into Redis)", permissions=["change"])
     def warm_up(self, request, queryset):
         self._run(request, queryset, lambda a: activity_warmup(activity_id=a.pk).as_dict(), "warm-up")
 
-    @admin.action(description="Force re-warm (derive stock from the database and the log)")
+    @admin.action(description="Force re-warm (derive stock from the database and the log)", permissions=["change"])
     def force_rewarm(self, request, queryset):
         self._run(request, queryset, lambda a: activity_warmup(activity_id=a.pk, force=True).as_dict(), "re-warm")
 
-    @admin.action(description="End now and clean up")
+    @admin.action(description="End now and clean up", permissions=["change"])
     def end_and_clean_up(self, request, queryset):
         from .tasks import activity_close_task
 
@@ -153,6 +163,12 @@ class ActivityAdmin(admin.ModelAdmin):
             lambda a: activity_close_task.apply_async(args=[a.pk], countdown=3) and "closing in a few seconds",
             "end",
         )
+
+    @admin.action(description="Publish the activity page (static files for a CDN origin)")
+    def publish(self, request, queryset):
+        for activity in queryset:
+            paths = activity_page_publish(activity_id=activity.pk)
+            self.message_user(request, f"{activity}: published {', '.join(map(str, paths))}", messages.SUCCESS)
 
 
 @admin.register(BlacklistEntry)

@@ -92,7 +92,8 @@ def purchase_token_check(activity: ActivitySnapshot, token: str, now: datetime) 
     """The token exists from the start; the first caller after the start creates it if
     the start task has not yet."""
     expected = activity.purchase_token or activity_token_ensure(activity_id=activity.id, now=now)
-    if not expected or not hmac.compare_digest(expected.encode(), token.encode()):
+    # surrogatepass: JSON admits lone surrogates ("\ud800"), which strict UTF-8 cannot encode.
+    if not expected or not hmac.compare_digest(expected.encode(), token.encode("utf-8", "surrogatepass")):
         raise ApiError(403, "bad_token", "The purchase token is not valid for this sale.")
 
 

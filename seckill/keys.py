@@ -73,6 +73,10 @@ class ActivityKeys:
         """One captcha challenge: "<user id>:<answer>", deleted by the first attempt."""
         return f"seckill:{self.tag}:captcha:{challenge_id}"
 
+    def expiry_scheduled(self, due_second: int) -> str:
+        """Flag: a payment-deadline task is scheduled for this second (Unix time)."""
+        return f"seckill:{self.tag}:expiry:{due_second}"
+
     def all(self) -> list[str]:
         return [
             self.stock,

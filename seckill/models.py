@@ -114,12 +114,7 @@ class Activity(models.Model):
         return self.title
 
     def phase_at(self, now: datetime | None = None) -> str:
-        now = now or timezone.now()
-        if self.status == self.Status.ENDED or now >= self.end_at:
-            return self.Phase.ENDED
-        if now < self.start_at:
-            return self.Phase.UPCOMING
-        return self.Phase.LIVE
+        return activity_phase(status=self.status, start_at=self.start_at, end_at=self.end_at, now=now)
 
     @property
     def phase(self) -> str:
@@ -129,6 +124,16 @@ class Activity(models.Model):
     def redis_loaded_units(self) -> int:
         """What warm-up loads into Redis: the total less the safety stock."""
         return self.total_stock - self.safety_stock
+
+
+def activity_phase(*, status: str, start_at: datetime, end_at: datetime, now: datetime | None = None) -> str:
+    """upcoming / live / ended: one definition for the model and the cached snapshot."""
+    now = now or timezone.now()
+    if status == Activity.Status.ENDED or now >= end_at:
+        return Activity.Phase.ENDED
+    if now < start_at:
+        return Activity.Phase.UPCOMING
+    return Activity.Phase.LIVE
 
 
 class BlacklistEntry(models.Model):

@@ -1,105 +1,392 @@
-"""Reconciliation: the two identities of DESIGN.md, checked on a consistent snapshot.
+"""Reconciliation: the two identities of DESIGN.md, checked on a consistent snapshot,
+every difference sorted into a bucket and acted on (docs/LIFECYCLE.md).
 
 stock loaded into Redis = Redis remaining + reserved-not-ordered + pending + paid units
 DB total                = DB available + pending + paid units
+
+Buckets and their actions:
+- reserved_not_ordered (log entries without an order): those older than the replay
+  grace are replayed into orders; after the attempt limit the replay returns the
+  stock and opens an anomaly.
+- pending_past_deadline: cancelled with reason "timeout" (stock back to both sides).
+- cancelled_not_returned (cancelled since the last warm-up, not in the Redis
+  ``returned`` set): their units are returned to Redis, once.
+- not_deducted (live orders without a DEDUCT ledger row): deducted now when the
+  database has the units in excess (the deduction never happened); a paid one, and
+  one whose ledger row alone is missing, becomes an anomaly.
+- unexplained_drift: whatever drift remains after the above: an anomaly, the metric
+  ``seckill_reconcile_unexplained_drift_units`` and a ``seckill.reconcile.drift`` log line.
+
+Every action is idempotent and every anomaly is opened once per fault, so a second run
+right after the first changes nothing.
 """
 
 import logging
+from dataclasses import dataclass, field
 
+import redis
+from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from inventory.models import SeckillStock, StockMovement
-from orders.models import Order
+from orders.models import AnomalyOrder, Order, ReconciliationReport
 
+from . import metrics
 from .keys import ActivityKeys
+from .models import Activity
 from .redis_client import stock_redis
-from .scripts import RedisSnapshot, run_snapshot
+from .scripts import LogEntry, RedisSnapshot, run_snapshot
 
 logger = logging.getLogger(__name__)
 
 _SNAPSHOT_TRIES = 5
+_MEMBER_CHUNK = 1000
+_SAMPLE = 20  # ids listed per bucket in a stored report
+
+BUCKETS = (
+    "reserved_not_ordered",
+    "pending_past_deadline",
+    "cancelled_not_returned",
+    "not_deducted",
+    "paid_not_deducted",
+    "unexplained_drift",
+)
 
 
-def _db_figures(activity_id: int, log_ids: list[str]) -> dict:
-    stock = SeckillStock.objects.get(activity_id=activity_id)
-    sums = Order.objects.filter(activity_id=activity_id).aggregate(
-        pending=Sum("quantity", filter=Q(status=Order.Status.PENDING), default=0),
-        paid=Sum("quantity", filter=Q(status=Order.Status.PAID), default=0),
-        cancelled=Sum("quantity", filter=Q(status=Order.Status.CANCELLED), default=0),
-        pending_overdue=Count("id", filter=Q(status=Order.Status.PENDING, pay_deadline__lt=timezone.now())),
-    )
-    ordered_log_ids = set(
-        Order.objects.filter(activity_id=activity_id, reservation_id__in=log_ids).values_list(
-            "reservation_id", flat=True
+@dataclass(frozen=True)
+class _RedisState:
+    snapshot: RedisSnapshot
+    returned_count: int
+
+
+@dataclass
+class Measurement:
+    """One consistent look at both sides and what is in each bucket."""
+
+    redis: RedisSnapshot
+    db: dict
+    consistent: bool
+    unordered: list[LogEntry] = field(default_factory=list)
+    not_returned: list[Order] = field(default_factory=list)
+
+    @property
+    def live_units(self) -> int:
+        return self.db["units_pending"] + self.db["units_paid"]
+
+    @property
+    def reserved_not_ordered_units(self) -> int:
+        return sum(e.quantity for e in self.unordered)
+
+    @property
+    def redis_drift(self) -> int | None:
+        """loaded - (remaining + reserved-not-ordered + live); None when not warmed."""
+        if not self.redis.warmed or self.redis.loaded is None:
+            return None
+        return self.redis.loaded - (self.redis.stock + self.reserved_not_ordered_units + self.live_units)
+
+    @property
+    def db_drift(self) -> int:
+        """total - (available + live); negative = the database holds units it sold."""
+        return self.db["db_total"] - self.db["db_available"] - self.live_units
+
+    @property
+    def deductible(self) -> list[dict]:
+        """Live orders without a deduction that the database's excess can cover.
+        Pending orders first: a paid one becomes an anomaly either way, so when the
+        excess cannot cover all, staff see the paid one."""
+        excess, chosen = max(0, -self.db_drift), []
+        for o in sorted(self.db["not_deducted"], key=lambda o: (o["status"] == Order.Status.PAID, o["id"])):
+            if o["quantity"] <= excess:
+                chosen.append(o)
+                excess -= o["quantity"]
+        return chosen
+
+    @property
+    def unexplained(self) -> dict:
+        redis_part = None
+        if self.redis_drift is not None:
+            redis_part = self.redis_drift - sum(o.quantity for o in self.not_returned)
+        return {"redis": redis_part, "db": self.db_drift + sum(o["quantity"] for o in self.deductible)}
+
+    def stale_unordered(self, grace_seconds: float) -> list[LogEntry]:
+        cutoff_ms = (timezone.now().timestamp() - grace_seconds) * 1000
+        return [e for e in self.unordered if e.timestamp_ms < cutoff_ms]
+
+
+def _redis_state(client: redis.Redis, keys: ActivityKeys) -> _RedisState:
+    return _RedisState(run_snapshot(client, keys), int(client.scard(keys.returned)))
+
+
+def _db_figures(activity_id: int, redis_state: _RedisState) -> dict:
+    """Every database figure from one REPEATABLE READ transaction: one moment in time."""
+    log_ids = [e.reservation_id for e in redis_state.snapshot.log]
+    fresh = not connection.in_atomic_block
+    with transaction.atomic():
+        if fresh:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        activity = Activity.objects.only("pk", "warmed_at", "status").get(pk=activity_id)
+        stock = SeckillStock.objects.get(activity_id=activity_id)
+        orders = Order.objects.filter(activity_id=activity_id)
+        sums = orders.aggregate(
+            pending=Sum("quantity", filter=Q(status=Order.Status.PENDING), default=0),
+            paid=Sum("quantity", filter=Q(status=Order.Status.PAID), default=0),
+            cancelled=Sum("quantity", filter=Q(status=Order.Status.CANCELLED), default=0),
+            cancelled_orders=Count("id", filter=Q(status=Order.Status.CANCELLED)),
+            pending_overdue=Count("id", filter=Q(status=Order.Status.PENDING, pay_deadline__lte=timezone.now())),
         )
-    )
-    paid_not_deducted = (
-        Order.objects.filter(activity_id=activity_id, status=Order.Status.PAID)
-        .exclude(stock_movements__kind=StockMovement.Kind.DEDUCT)
-        .count()
-    )
+        ordered_log_ids = set(orders.filter(reservation_id__in=log_ids).values_list("reservation_id", flat=True))
+        not_deducted = list(
+            orders.filter(status__in=Order.LIVE_STATUSES)
+            .exclude(stock_movements__kind=StockMovement.Kind.DEDUCT)
+            .order_by("id")
+            .values("id", "order_no", "status", "quantity")
+        )
+        # Units of orders cancelled before the last warm-up are in the stock it derived.
+        since_warm = orders.filter(status=Order.Status.CANCELLED)
+        if activity.warmed_at is not None:
+            since_warm = since_warm.filter(cancelled_at__gte=activity.warmed_at)
+        # Needed only when the Redis set of returned orders lacks some cancelled ones.
+        maybe_missing = redis_state.snapshot.warmed and redis_state.returned_count != sums["cancelled_orders"]
+        cancelled_since_warm = (
+            list(since_warm.only("pk", "activity_id", "order_no", "user_id", "quantity", "reservation_id", "shard"))
+            if maybe_missing
+            else []
+        )
     return {
+        "activity_status": activity.status,
         "db_total": stock.total,
         "db_available": stock.available,
         "units_pending": sums["pending"],
         "units_paid": sums["paid"],
         "units_cancelled": sums["cancelled"],
+        "cancelled_orders": sums["cancelled_orders"],
         "pending_overdue": sums["pending_overdue"],
-        "paid_not_deducted": paid_not_deducted,
         "ordered_log_ids": ordered_log_ids,
+        "not_deducted": not_deducted,
+        "cancelled_since_warm": cancelled_since_warm,
     }
+
+
+def _not_returned(client: redis.Redis, keys: ActivityKeys, db: dict) -> list[Order]:
+    """Cancelled orders whose units Redis has not taken back. The set holds only
+    cancelled orders, so equal sizes mean all are in it and no lookup is needed."""
+    candidates, missing = db["cancelled_since_warm"], []
+    for i in range(0, len(candidates), _MEMBER_CHUNK):
+        chunk = candidates[i : i + _MEMBER_CHUNK]
+        flags = client.smismember(keys.returned, [o.order_no for o in chunk])
+        missing += [o for o, present in zip(chunk, flags, strict=True) if not present]
+    return missing
+
+
+def reconciliation_measure(*, activity_id: int) -> Measurement:
+    """Redis, then the database, then Redis again; equal Redis reads bracket a
+    consistent database read (orders are committed before their log entry goes, and a
+    cancel commits before its units return)."""
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    before = _redis_state(client, keys)
+    consistent = False
+    for _ in range(_SNAPSHOT_TRIES):
+        db = _db_figures(activity_id, before)
+        not_returned = _not_returned(client, keys, db)
+        after = _redis_state(client, keys)
+        if after == before:
+            consistent = True
+            break
+        before = after
+    else:
+        logger.info("reconcile: activity %s kept moving; using the last snapshot", activity_id)
+    snapshot = after.snapshot
+    return Measurement(
+        redis=snapshot,
+        db=db,
+        consistent=consistent,
+        unordered=[e for e in snapshot.log if e.reservation_id not in db["ordered_log_ids"]],
+        not_returned=not_returned,
+    )
+
+
+def _act(activity_id: int, m: Measurement, grace: float) -> tuple[dict, int]:
+    """The actions of the buckets that can be fixed; returns (actions, anomalies opened)."""
+    from orders.services import (
+        anomaly_record,
+        order_deduction_repair,
+        orders_expire_overdue,
+        orders_units_return,
+    )
+
+    from .services import reservations_replay
+
+    actions = {"orders_created": 0, "reservations_released": 0, "orders_cancelled": 0}
+    actions |= {"orders_returned_to_redis": 0, "orders_deducted": 0}
+    opened = 0
+    if m.stale_unordered(grace):
+        replay = reservations_replay(activity_id=activity_id, grace_seconds=grace)
+        actions["orders_created"] = replay.created
+        actions["reservations_released"] = replay.released
+        opened += replay.released  # each release opens its anomaly (once: the entry leaves the log)
+    if m.db["pending_overdue"]:
+        actions["orders_cancelled"] = orders_expire_overdue(activity_id=activity_id)
+    if m.not_returned:
+        actions["orders_returned_to_redis"] = orders_units_return(orders=m.not_returned)
+    deductible = {o["id"] for o in m.deductible}
+    for item in m.db["not_deducted"]:
+        order = Order.objects.get(pk=item["id"])
+        if order.status not in Order.LIVE_STATUSES:
+            continue  # cancelled meanwhile
+        deducted = item["id"] in deductible and order_deduction_repair(order=order)
+        actions["orders_deducted"] += int(deducted)
+        if deducted and order.status != Order.Status.PAID:
+            continue
+        kind = AnomalyOrder.Kind.PAID_NOT_DEDUCTED if order.status == Order.Status.PAID else None
+        kind = kind or AnomalyOrder.Kind.ORDER_NOT_DEDUCTED
+        details = {
+            "order_no": order.order_no,
+            "quantity": order.quantity,
+            "action": "database stock deducted now" if deducted else "ledger row missing; stock left as it is",
+        }
+        _, created = anomaly_record(
+            kind=kind, activity_id=activity_id, order=order, fault_key=f"order:{order.pk}", details=details
+        )
+        opened += created
+    return actions, opened
+
+
+def _drift_anomalies(activity_id: int, m: Measurement) -> int:
+    """An anomaly per unexplained drift, keyed by side and size: the same drift seen
+    again is the same fault. Only on a consistent snapshot, never on a moving one."""
+    from orders.services import anomaly_record
+
+    if not m.consistent:
+        return 0
+    opened = 0
+    for side, units in m.unexplained.items():
+        if units:
+            details = {
+                "side": side,
+                "units": units,
+                "redis_loaded": m.redis.loaded,
+                "redis_remaining": m.redis.stock,
+                "db_total": m.db["db_total"],
+                "db_available": m.db["db_available"],
+                "units_live": m.live_units,
+            }
+            _, created = anomaly_record(
+                kind=AnomalyOrder.Kind.DRIFT, activity_id=activity_id, fault_key=f"{side}:{units:+d}", details=details
+            )
+            opened += created
+    return opened
+
+
+def _buckets(m: Measurement, grace: float) -> dict[str, list]:
+    return {
+        # Every reservation without an order; the action waits for those in flight
+        # (younger than the replay grace) to become orders the normal way.
+        "reserved_not_ordered": [e.reservation_id for e in m.unordered],
+        "pending_past_deadline": [None] * m.db["pending_overdue"],
+        "cancelled_not_returned": [o.order_no for o in m.not_returned],
+        "not_deducted": [o["order_no"] for o in m.db["not_deducted"]],
+        "paid_not_deducted": [o["order_no"] for o in m.db["not_deducted"] if o["status"] == Order.Status.PAID],
+        "unexplained_drift": [side for side, units in m.unexplained.items() if units],
+    }
+
+
+def reconcile(*, activity_id: int, dry_run: bool = False, final: bool = False) -> dict:
+    """Measure, act on every bucket (unless ``dry_run``), measure again, open anomalies
+    for what remains, store the report and return it (see API.md for its keys).
+
+    ``final`` (closing the activity): every reservation counts as stale.
+    """
+    lock = None
+    if not dry_run:
+        # One run per activity at a time; the actions are idempotent anyway.
+        name = f"seckill:{ActivityKeys(activity_id).tag}:reconcile"
+        lock = stock_redis().lock(name, timeout=300, blocking_timeout=10)
+        if not lock.acquire():
+            raise RuntimeError(f"activity {activity_id}: another reconciliation is running")
+    try:
+        return _reconcile(activity_id, dry_run=dry_run, final=final)
+    finally:
+        if lock is not None:
+            try:
+                lock.release()
+            except redis.exceptions.LockError:
+                pass  # expired: the run outlived the lock's timeout
+
+
+def _reconcile(activity_id: int, *, dry_run: bool, final: bool) -> dict:
+    grace = -1.0 if final else float(settings.SECKILL_REPLAY_GRACE)
+    found = reconciliation_measure(activity_id=activity_id)
+    buckets = _buckets(found, grace)
+    actions: dict = {}
+    opened = 0
+    end = found
+    if not dry_run:
+        actions, opened = _act(activity_id, found, grace)
+        if any(actions.values()):
+            end = reconciliation_measure(activity_id=activity_id)
+        opened += _drift_anomalies(activity_id, end)
+    unexplained = end.unexplained
+    redis_drift = end.redis_drift
+    identity_ok = end.db_drift == 0 and (redis_drift is None or redis_drift == 0)
+    report = {
+        "activity": activity_id,
+        "checked_at": timezone.now().isoformat(),
+        "final": final,
+        "dry_run": dry_run,
+        "consistent": end.consistent,
+        "redis_loaded": end.redis.loaded,
+        "redis_remaining": end.redis.stock,
+        "reserved_not_ordered": end.reserved_not_ordered_units,
+        "db_total": end.db["db_total"],
+        "db_available": end.db["db_available"],
+        "units_pending": end.db["units_pending"],
+        "units_paid": end.db["units_paid"],
+        "units_cancelled": end.db["units_cancelled"],
+        "redis_drift": redis_drift,
+        "db_drift": end.db_drift,
+        "unexplained_drift": unexplained,
+        "buckets": {name: len(items) for name, items in buckets.items()},
+        "found": {name: [i for i in items if i is not None][:_SAMPLE] for name, items in buckets.items() if items},
+        "actions": actions,
+        "anomalies_opened": opened,
+        "identity_ok": identity_ok,
+    }
+    _observe(activity_id, report)
+    if not dry_run:
+        ReconciliationReport.objects.create(
+            activity_id=activity_id,
+            identity_ok=identity_ok,
+            final=final,
+            anomalies_opened=opened,
+            actions_taken=sum(actions.values()),
+            report=report,
+        )
+    return report
+
+
+def _observe(activity_id: int, report: dict) -> None:
+    label = str(activity_id)
+    for side, units in report["unexplained_drift"].items():
+        metrics.RECONCILE_UNEXPLAINED_DRIFT.labels(activity=label, side=side).set(units or 0)
+    for bucket, count in report["buckets"].items():
+        metrics.RECONCILE_BUCKET_ITEMS.labels(activity=label, bucket=bucket).set(count)
+    metrics.RECONCILE_RUNS.labels(outcome="ok" if report["identity_ok"] else "drift").inc()
+    if not report["identity_ok"] or any(report["unexplained_drift"].values()):
+        # A line an alert can fire on.
+        logger.warning(
+            "seckill.reconcile.drift activity=%s redis_drift=%s db_drift=%s unexplained=%s anomalies_opened=%s",
+            activity_id,
+            report["redis_drift"],
+            report["db_drift"],
+            report["unexplained_drift"],
+            report["anomalies_opened"],
+        )
 
 
 def reconciliation_snapshot(*, activity_id: int) -> tuple[RedisSnapshot, dict]:
-    """Redis, then the database, then Redis again; equal Redis reads bracket a
-    consistent database read (orders are committed before their log entry goes)."""
-    client, keys = stock_redis(), ActivityKeys(activity_id)
-    before = run_snapshot(client, keys)
-    for _ in range(_SNAPSHOT_TRIES):
-        db = _db_figures(activity_id, [e.reservation_id for e in before.log])
-        after = run_snapshot(client, keys)
-        if after == before:
-            return after, db
-        before = after
-    logger.info("reconcile: activity %s kept moving; using the last snapshot", activity_id)
-    return after, db
-
-
-def reconcile(*, activity_id: int) -> dict:
-    """Check the identities now and return the report (see API.md for its keys)."""
-    redis_state, db = reconciliation_snapshot(activity_id=activity_id)
-    unordered = [e for e in redis_state.log if e.reservation_id not in db["ordered_log_ids"]]
-    reserved_not_ordered = sum(e.quantity for e in unordered)
-    live_units = db["units_pending"] + db["units_paid"]
-    db_ok = db["db_total"] == db["db_available"] + live_units
-    if redis_state.warmed:
-        redis_drift = redis_state.loaded - (redis_state.stock + reserved_not_ordered + live_units)
-        redis_ok = redis_drift == 0
-    else:
-        redis_drift, redis_ok = None, None  # not warmed yet, or cleaned up after the end
-    report = {
-        "activity": activity_id,
-        "redis_loaded": redis_state.loaded,
-        "redis_remaining": redis_state.stock,
-        "reserved_not_ordered": reserved_not_ordered,
-        "db_total": db["db_total"],
-        "db_available": db["db_available"],
-        "units_pending": db["units_pending"],
-        "units_paid": db["units_paid"],
-        "units_cancelled": db["units_cancelled"],
-        "redis_drift": redis_drift,
-        "db_drift": db["db_total"] - db["db_available"] - live_units,
-        "buckets": {
-            "reserved_not_ordered": len(unordered),
-            "pending_past_deadline": db["pending_overdue"],
-            "paid_not_deducted": db["paid_not_deducted"],
-            "unexplained_drift": int(bool(redis_drift)) + int(not db_ok),
-        },
-        "anomalies_opened": 0,
-        "identity_ok": db_ok and redis_ok is not False,
-        "checked_at": timezone.now().isoformat(),
-    }
-    if not report["identity_ok"]:
-        logger.warning("seckill.reconcile.drift activity=%s report=%s", activity_id, report)
-    return report
+    """The consistent picture alone (warm-up derives the stock from it)."""
+    measured = reconciliation_measure(activity_id=activity_id)
+    return measured.redis, measured.db

@@ -39,8 +39,14 @@ def reservation_attempt(*, activity_id: int, reservation_id: str) -> int:
     return int(stock_redis().hincrby(ActivityKeys(activity_id).attempts, reservation_id, 1))
 
 
-def reservation_release(*, activity_id: int, entry: LogEntry, free_participant: bool, reason: str) -> bool:
-    """Return a reservation's units to Redis; True if this call released it."""
+def reservation_release(
+    *, activity_id: int, entry: LogEntry, free_participant: bool, reason: str, live_reservation_id: str = ""
+) -> bool:
+    """Return a reservation's units to Redis; True if this call released it.
+
+    ``live_reservation_id``: when the shopper keeps a live order, the participant record
+    points at that order's reservation again (so cancelling it frees the shopper).
+    """
     released = run_release(
         stock_redis(),
         ActivityKeys(activity_id),
@@ -49,6 +55,7 @@ def reservation_release(*, activity_id: int, entry: LogEntry, free_participant: 
         quantity=entry.quantity,
         free_participant=free_participant,
         reason=reason,
+        live_reservation_id=live_reservation_id,
     )
     if released:
         stock_redis().hdel(ActivityKeys(activity_id).attempts, entry.reservation_id)

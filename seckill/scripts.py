@@ -44,7 +44,7 @@ def run_purchase(
     client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0
 ) -> PurchaseReply:
     code, remaining, reservation = PURCHASE(
-        keys=[keys.stock, keys.users, keys.log], args=[user_id, quantity, limit, shard], client=client
+        keys=[keys.stock, keys.users, keys.log, keys.failed], args=[user_id, quantity, limit, shard], client=client
     )
     if isinstance(reservation, bytes):
         reservation = reservation.decode()
@@ -60,10 +60,11 @@ def run_release(
     quantity: int,
     free_participant: bool,
     reason: str,
+    live_reservation_id: str = "",
 ) -> bool:
     released = RELEASE(
         keys=[keys.stock, keys.users, keys.log, keys.failed],
-        args=[reservation_id, user_id, quantity, "1" if free_participant else "0", reason],
+        args=[reservation_id, user_id, quantity, "1" if free_participant else "0", reason, live_reservation_id],
         client=client,
     )
     return bool(released)
@@ -78,13 +79,14 @@ def run_return(
     return bool(returned)
 
 
-def run_warmup(
-    client: redis.Redis, keys: ActivityKeys, *, remaining: int, loaded: int, force: bool
-) -> tuple[bool, int]:
-    written, value = WARMUP(
-        keys=[keys.stock, keys.loaded], args=[remaining, loaded, "1" if force else "0"], client=client
+def run_warmup(client: redis.Redis, keys: ActivityKeys, *, remaining: int, loaded: int, expected: int | None) -> bool:
+    """Set the stock if it still is ``expected`` (None: no stock key); True if written."""
+    written = WARMUP(
+        keys=[keys.stock, keys.loaded],
+        args=[remaining, loaded, "" if expected is None else str(expected)],
+        client=client,
     )
-    return bool(written), int(value)
+    return bool(written)
 
 
 def run_admission(client: redis.Redis, keys: ActivityKeys, *, rate: int, burst: int) -> tuple[bool, int]:

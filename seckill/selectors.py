@@ -21,7 +21,7 @@ from django_redis import get_redis_connection
 from redis.exceptions import LockError
 
 from .keys import ActivityKeys
-from .models import Activity, BlacklistEntry
+from .models import Activity, BlacklistEntry, activity_phase
 from .redis_client import stock_redis
 
 logger = logging.getLogger(__name__)
@@ -49,11 +49,7 @@ class ActivitySnapshot:
     captcha_required: bool = False
 
     def phase_at(self, now: datetime) -> str:
-        if self.status == Activity.Status.ENDED or now >= self.end_at:
-            return Activity.Phase.ENDED
-        if now < self.start_at:
-            return Activity.Phase.UPCOMING
-        return Activity.Phase.LIVE
+        return activity_phase(status=self.status, start_at=self.start_at, end_at=self.end_at, now=now)
 
     @property
     def keys(self) -> ActivityKeys:

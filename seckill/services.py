@@ -21,7 +21,7 @@ from .keys import ActivityKeys
 from .models import Activity
 from .redis_client import stock_redis
 from .reservations import reservation_attempt, reservation_release, reservations_pending
-from .scripts import LogEntry, ScriptCode, run_purchase, run_snapshot, run_warmup
+from .scripts import LogEntry, ScriptCode, run_purchase, run_warmup
 from .selectors import (
     ActivitySnapshot,
     activity_snapshot_fill,
@@ -67,24 +67,77 @@ def activity_create(
     with transaction.atomic():
         activity.save()
         stock_create(activity_id=activity.pk, total=total_stock)
+        activity_start_schedule(activity_id=activity.pk)
     activity_snapshot_forget(activity.pk)  # the id may be cached as absent
     return activity
+
+
+_SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at"})
 
 
 def activity_save(*, activity: Activity) -> Activity:
     """Save an activity edited in admin and keep its stock row in step.
 
     The total may change only while nothing is sold (enforced by the stock service).
+    A warmed activity whose total or safety stock changed is warmed again, so that
+    Redis never sells what the database no longer has.
     """
+    before = Activity.objects.filter(pk=activity.pk).values("total_stock", "safety_stock", "status").first()
     with transaction.atomic():
-        activity.save()
+        if activity._state.adding:
+            activity.save()
+        else:
+            # The form's copy may be stale: never write back what the system owns.
+            editable = [f.name for f in Activity._meta.concrete_fields if f.name not in _SYSTEM_FIELDS]
+            activity.save(update_fields=editable)
+            if activity.start_at > timezone.now():
+                # The start moved into the future: a token handed out already must not open it early.
+                Activity.objects.filter(pk=activity.pk).update(purchase_token=None)
         stock = SeckillStock.objects.filter(activity_id=activity.pk).first()
         if stock is None:
             stock_create(activity_id=activity.pk, total=activity.total_stock)
         elif stock.total != activity.total_stock:
             stock_set_total(activity_id=activity.pk, total=activity.total_stock)
+        activity_start_schedule(activity_id=activity.pk)
     activity_snapshot_forget(activity.pk)
+    if (
+        before
+        and before["status"] == Activity.Status.WARMED
+        and (before["total_stock"], before["safety_stock"]) != (activity.total_stock, activity.safety_stock)
+    ):
+        # After the commit: the admin saves inside a transaction, and Redis waits for none.
+        transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
     return activity
+
+
+def activity_start_schedule(*, activity_id: int) -> None:
+    """After the commit, schedule the start task for the activity's start time (eta).
+
+    At the start it creates the purchase token, which exists nowhere before. Saving or
+    warming again schedules again: the task is idempotent, and one that fires for a start
+    that has since moved later does nothing. Beat's activities_start_task is the safety
+    net for a lost message or a broker that was away.
+    """
+
+    def schedule() -> None:
+        from .tasks import activity_start_task
+
+        start_at = Activity.objects.filter(pk=activity_id).values_list("start_at", flat=True).first()
+        if start_at is None:
+            return
+        try:
+            activity_start_task.apply_async(args=[activity_id], eta=start_at)
+        except Exception as exc:  # broker away: beat creates the token instead
+            logger.warning("start task for activity %s not scheduled, beat will do it: %s", activity_id, exc)
+
+    transaction.on_commit(schedule)
+
+
+def _activity_rewarm_logged(*, activity_id: int) -> None:
+    try:
+        activity_warmup(activity_id=activity_id, force=True)
+    except (WarmupError, redis.RedisError) as exc:  # the autowarm task and the operator can retry
+        logger.error("re-warm after an edit of activity %s failed: %s", activity_id, exc)
 
 
 def activity_token_ensure(*, activity_id: int, now: datetime | None = None) -> str | None:
@@ -108,10 +161,12 @@ class WarmupError(Exception):
     pass
 
 
+_WARMUP_TRIES = 5
+
+
 @dataclass(frozen=True)
 class WarmupResult:
     activity_id: int
-    written: bool  # False: the stock was already there and left alone
     remaining: int
     loaded: int
     db_total: int
@@ -144,41 +199,45 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
             "use --force (the admin action 'force re-warm') to re-derive it from the database"
         )
 
-    snapshot = run_snapshot(client, keys)
-    log_ids = [e.reservation_id for e in snapshot.log]
-    ordered = set(
-        Order.objects.filter(activity_id=activity_id, reservation_id__in=log_ids).values_list(
-            "reservation_id", flat=True
-        )
-    )
-    unordered = [e for e in snapshot.log if e.reservation_id not in ordered]
-    unordered_units = sum(e.quantity for e in unordered)
-    stock = SeckillStock.objects.get(activity_id=activity_id)
-    if stock.total != activity.total_stock:
-        raise WarmupError(f"database stock total {stock.total} differs from the activity's {activity.total_stock}")
-    remaining = stock.available - activity.safety_stock - unordered_units
-    if remaining < 0:
-        raise WarmupError(
-            f"cannot warm: database available {stock.available} - safety {activity.safety_stock} "
-            f"- unordered reservations {unordered_units} is negative; reconcile first"
-        )
+    from .reconciliation import reconciliation_snapshot
 
-    participants = dict(
-        Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES).values_list(
-            "user_id", "reservation_id"
+    for _ in range(_WARMUP_TRIES):
+        # Redis and the database read as one consistent picture (the reconciliation's).
+        redis_state, db = reconciliation_snapshot(activity_id=activity_id)
+        unordered = [e for e in redis_state.log if e.reservation_id not in db["ordered_log_ids"]]
+        unordered_units = sum(e.quantity for e in unordered)
+        if db["db_total"] != activity.total_stock:
+            raise WarmupError(
+                f"database stock total {db['db_total']} differs from the activity's {activity.total_stock}"
+            )
+        remaining = db["db_available"] - activity.safety_stock - unordered_units
+        if remaining < 0:
+            raise WarmupError(
+                f"cannot warm: database available {db['db_available']} - safety {activity.safety_stock} "
+                f"- unordered reservations {unordered_units} is negative; reconcile first"
+            )
+        participants = dict(
+            Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES).values_list(
+                "user_id", "reservation_id"
+            )
         )
-    )
-    participants.update({e.user_id: e.reservation_id for e in unordered})
-    items = list(participants.items())
-    for i in range(0, len(items), 1000):
-        client.hset(keys.users, mapping=dict(items[i : i + 1000]))
+        participants.update({e.user_id: e.reservation_id for e in unordered})
+        items = list(participants.items())
+        for i in range(0, len(items), 1000):
+            client.hset(keys.users, mapping=dict(items[i : i + 1000]))
+        # Compare-and-set against the stock the picture was taken with: a purchase or a
+        # release in between changes it, and the derivation is taken again.
+        if run_warmup(
+            client, keys, remaining=remaining, loaded=activity.redis_loaded_units, expected=redis_state.stock
+        ):
+            break
+    else:
+        raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
 
-    overwrite = force or (current is not None and not started)
-    written, _ = run_warmup(client, keys, remaining=remaining, loaded=activity.redis_loaded_units, force=overwrite)
-
-    # Read back what Redis holds now and compare it with the database.
+    # Read back what Redis holds now and compare it with the database. Once the sale
+    # runs, purchases may already have moved the stock; the loaded units may not move.
     read_stock, read_loaded = client.mget([keys.stock, keys.loaded])
-    if written and (int(read_stock) != remaining or int(read_loaded) != activity.redis_loaded_units):
+    if int(read_loaded) != activity.redis_loaded_units or (not started and int(read_stock) != remaining):
         raise WarmupError(
             f"read-back mismatch: Redis holds stock={read_stock!r} loaded={read_loaded!r}, "
             f"expected {remaining} and {activity.redis_loaded_units}"
@@ -187,13 +246,13 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
         status=Activity.Status.WARMED, warmed_at=timezone.now()
     )
     activity_snapshot_fill(activity_id)  # the first buyers find the activity cached
+    activity_start_schedule(activity_id=activity_id)
     return WarmupResult(
         activity_id=activity_id,
-        written=bool(written),
         remaining=int(read_stock),
         loaded=int(read_loaded),
-        db_total=stock.total,
-        db_available=stock.available,
+        db_total=db["db_total"],
+        db_available=db["db_available"],
         unordered_units=unordered_units,
         participants=len(participants),
     )
@@ -262,6 +321,12 @@ class ReplayOutcome:
     already_done: int = 0
     released: int = 0
 
+    def add(self, batch) -> None:
+        """Count a consumer batch's outcome (orders.services.BatchOutcome)."""
+        self.created += len(batch.created)
+        self.already_done += len(batch.already_done)
+        self.released += len(batch.released)
+
 
 def reservations_replay(*, activity_id: int, grace_seconds: float | None = None) -> ReplayOutcome:
     """Create the orders of reservations older than the grace period that have none.
@@ -291,16 +356,11 @@ def reservations_replay(*, activity_id: int, grace_seconds: float | None = None)
         except DatabaseError:
             result = None
         if result is not None:
-            outcome.created += len(result.created)
-            outcome.already_done += len(result.already_done)
-            outcome.released += len(result.released)
+            outcome.add(result)
             continue
         for entry in batch:  # find the poison entries one by one
             try:
-                single = orders_create_from_reservations(activity_id=activity_id, entries=[entry])
-                outcome.created += len(single.created)
-                outcome.already_done += len(single.already_done)
-                outcome.released += len(single.released)
+                outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=[entry]))
             except (OperationalError, InterfaceError):
                 raise
             except DatabaseError as exc:
@@ -333,9 +393,12 @@ def activity_stop_selling(*, activity_id: int) -> None:
 
 
 def activity_close(*, activity_id: int) -> dict:
-    """After the end: turn every reservation into an order, reconcile, remove the keys.
+    """After the end: turn every reservation into an order, run the final
+    reconciliation, then remove the activity's Redis keys.
 
-    The keys are removed only when the log is empty, so no reservation is lost.
+    The keys are removed only when the log is empty, so no reservation is lost. Orders
+    still pending keep their deadline; cancelled later, their units return to the
+    database only (orders.services.orders_units_return).
     """
     from .reconciliation import reconcile
 
@@ -345,15 +408,37 @@ def activity_close(*, activity_id: int) -> dict:
     if timezone.now() < settled_at:
         raise WarmupError(f"activity {activity_id} has not ended (or ended less than a moment ago); try again later")
     replay = reservations_drain(activity_id=activity_id)
-    report = reconcile(activity_id=activity_id)
+    report = reconcile(activity_id=activity_id, final=True)
     keys = ActivityKeys(activity_id)
-    client = stock_redis()
-    if client.xlen(keys.log):
+    if stock_redis().xlen(keys.log):
         raise WarmupError(f"activity {activity_id}: reservations still without orders; keys kept, try again")
-    client.unlink(*keys.all())
+    # ENDED first: from now on nothing writes the activity's Redis state again.
     Activity.objects.filter(pk=activity_id).update(status=Activity.Status.ENDED)
     activity_snapshot_forget(activity_id)
-    return {"replay": asdict(replay), "reconciliation": report}
+    try:
+        removed = activity_keys_remove(activity_id=activity_id)
+    except redis.RedisError:
+        # Back to warmed, so that the close task (beat) tries again.
+        Activity.objects.filter(pk=activity_id).update(status=Activity.Status.WARMED)
+        raise
+    return {"replay": asdict(replay), "reconciliation": report, "keys_removed": removed}
+
+
+def activity_keys_remove(*, activity_id: int, batch_size: int = 500) -> int:
+    """UNLINK every Redis key of an activity, in batches: the known keys, then any other
+    key carrying the activity's hash tag (SCAN). UNLINK frees big hashes and streams in
+    the background, so even a million participants do not block Redis."""
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    removed = client.unlink(*keys.all())
+    batch: list = []
+    for key in client.scan_iter(match=f"*{keys.tag}*", count=1000):
+        batch.append(key)
+        if len(batch) >= batch_size:
+            removed += client.unlink(*batch)
+            batch.clear()
+    if batch:
+        removed += client.unlink(*batch)
+    return removed
 
 
 def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:

@@ -9,7 +9,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from .models import Activity
-from .selectors import redis_remaining
+from .reconciliation import reconcile
+from .selectors import live_activities, redis_remaining
 from .services import (
     WarmupError,
     activity_close,
@@ -31,6 +32,21 @@ def reservations_replay_task() -> dict:
             logger.info("replay: %s", outcome)
         results[activity_id] = outcome.created
     return results
+
+
+@shared_task(bind=True, max_retries=20)
+def activity_start_task(self, activity_id: int) -> bool:
+    """At the activity's start (scheduled with eta by activity_start_schedule): create
+    the purchase token, which turns the flag on."""
+    start_at = Activity.objects.filter(pk=activity_id).values_list("start_at", flat=True).first()
+    if start_at is None:
+        return False
+    early = (start_at - timezone.now()).total_seconds()
+    if early > 0:
+        if early < 5:  # delivered a moment before the start: wait for it
+            raise self.retry(countdown=early)
+        return False  # the start moved later; the save that moved it scheduled another task
+    return activity_token_ensure(activity_id=activity_id) is not None
 
 
 @shared_task
@@ -78,3 +94,18 @@ def activity_close_task(self, activity_id: int) -> dict:
         return activity_close(activity_id=activity_id)
     except (WarmupError, redis.RedisError) as exc:
         raise self.retry(exc=exc) from exc
+
+
+@shared_task
+def reconcile_live_task() -> dict:
+    """Reconcile every live activity (beat, every SECKILL_RECONCILE_INTERVAL seconds);
+    the final run of an activity happens when it is closed (activity_close)."""
+    results = {}
+    for activity_id in live_activities().filter(status=Activity.Status.WARMED).values_list("pk", flat=True):
+        try:
+            report = reconcile(activity_id=activity_id)
+        except (RuntimeError, redis.RedisError) as exc:
+            logger.error("reconciliation of activity %s failed, next run retries: %s", activity_id, exc)
+            continue
+        results[activity_id] = report["identity_ok"]
+    return results

@@ -1,46 +1,118 @@
-"""Server-rendered shopper pages (minimal; the polished cacheable page is issue 3)."""
+"""Server-rendered shopper pages: the sale list, the CDN-cacheable activity page and its
+flag script, the catalog, sign-up, and the small uncached call the page script makes."""
 
+import functools
 import json
 
+from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.forms import UserCreationForm
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import Http404, HttpResponse
-from django.shortcuts import redirect, render
+from django.http import Http404, HttpResponse, JsonResponse
+from django.middleware.csrf import get_token
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
+from django.utils.http import http_date, url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
-from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.http import require_GET
 
+from inventory.models import Product
+
+from .middleware import mark_shared
 from .models import Activity
+from .pages import activity_page_render
 from .selectors import activity_snapshot, redis_remaining_many
 from .services import activity_flag
+
+NO_STORE = "no-store, max-age=0"
 
 
 def activity_list(request):
     activities = list(Activity.objects.select_related("product").order_by("start_at")[:100])
     remaining = redis_remaining_many([a.pk for a in activities])
-    rows = [(a, remaining.get(a.pk)) for a in activities]
-    return render(request, "seckill/activity_list.html", {"rows": rows})
+    rows = [(a, remaining.get(a.pk), a.phase, Activity.Phase(a.phase).label) for a in activities]
+    return render(request, "seckill/activity_list.html", {"rows": rows, "now": timezone.now()})
 
 
-@ensure_csrf_cookie  # the buy button posts with the CSRF double submit
-def activity_page(request, activity_id: int):
+def shared_page(view):
+    """A page that is the same for every visitor: public cache headers, validators with
+    304 on a conditional GET, no cookie and no per-visitor Vary (SharedPageMiddleware).
+
+    The view returns a RenderedPage; it must not read the session, the user or the
+    CSRF token, which is why it gets no chance to: it renders without the request.
+    """
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
+        page = view(request, *args, **kwargs)
+        response = HttpResponse(page.body, content_type="text/html; charset=utf-8")
+        response["ETag"] = page.etag
+        response["Last-Modified"] = http_date(page.last_modified.timestamp())
+        response["Content-Language"] = page.language
+        patch_cache_control(
+            response, public=True, max_age=settings.SECKILL_PAGE_MAX_AGE, s_maxage=settings.SECKILL_PAGE_S_MAXAGE
+        )
+        response = get_conditional_response(
+            request, etag=page.etag, last_modified=int(page.last_modified.timestamp()), response=response
+        )
+        return mark_shared(response)
+
+    return wrapper
+
+
+@shared_page
+def activity_page(request, activity_id: int, language: str | None = None):
     activity = Activity.objects.select_related("product").filter(pk=activity_id).first()
     if activity is None:
         raise Http404("No such activity.")
-    return render(request, "seckill/activity_page.html", {"activity": activity})
+    return activity_page_render(activity=activity, language=language or settings.LANGUAGE_CODE)
 
 
 @never_cache
 def flag_js(request, activity_id: int):
+    """The flag as a script, for `<script src="flag.js?v=<random>">`: never cached."""
     snapshot = activity_snapshot(activity_id)
     if snapshot is None:
         raise Http404("No such activity.")
-    flag = activity_flag(activity=snapshot, now=timezone.now())
-    body = f"window.seckillFlag = {json.dumps(flag, cls=DjangoJSONEncoder)};\n"
+    flag = json.dumps(activity_flag(activity=snapshot, now=timezone.now()), cls=DjangoJSONEncoder)
+    body = f"window.seckillFlag = {flag};\nif (window.seckillOnFlag) window.seckillOnFlag(window.seckillFlag);\n"
     response = HttpResponse(body, content_type="application/javascript; charset=utf-8")
-    response["Cache-Control"] = "no-store, max-age=0"
+    response["Cache-Control"] = NO_STORE
     return response
+
+
+@require_GET
+@never_cache
+def me(request):
+    """What the cached page cannot carry: who is logged in, and a CSRF token (the
+    cookie is set too) for the purchase, pay and cancel calls."""
+    user = request.user
+    response = JsonResponse(
+        {
+            "authenticated": user.is_authenticated,
+            "username": user.get_username() if user.is_authenticated else None,
+            "csrf_token": get_token(request),
+        }
+    )
+    response["Cache-Control"] = NO_STORE
+    patch_vary_headers(response, ["Cookie"])
+    return response
+
+
+def product_list(request):
+    products = Product.objects.order_by("name")[:200]
+    return render(request, "catalog/product_list.html", {"products": products})
+
+
+def product_detail(request, product_id: int):
+    product = get_object_or_404(Product, pk=product_id)
+    activities = list(product.activities.order_by("-start_at")[:20])
+    return render(
+        request, "catalog/product_detail.html", {"product": product, "activities": activities, "now": timezone.now()}
+    )
 
 
 def signup(request):
@@ -49,5 +121,7 @@ def signup(request):
         user = form.save()
         # Several auth backends (django-axes first): name the one that knows the new user.
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        return redirect("home")
+        next_url = request.GET.get("next", "")
+        safe = url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()})
+        return redirect(next_url if safe else "home")
     return render(request, "registration/signup.html", {"form": form})

@@ -13,6 +13,15 @@ from seckill.redis_client import reset_stock_redis, stock_redis
 from .helpers import start_celery_worker, start_gunicorn
 
 
+def pytest_unconfigure(config):
+    """Stop the embedded servers this test run started (none when the URLs were given)."""
+    from config import embedded
+
+    started = set(getattr(settings, "SECKILL_EMBEDDED_STARTED", []))
+    if started:
+        embedded.stop_services(started)
+
+
 @pytest.fixture(autouse=True)
 def clean_redis():
     """Each test starts with empty Redis databases (stock/cache and broker) and empty

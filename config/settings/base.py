@@ -4,7 +4,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
-from csp.constants import NONE, SELF
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -34,10 +34,13 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: a page declared identical for every visitor leaves without per-visitor headers.
+    "seckill.middleware.SharedPageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -59,6 +62,7 @@ TEMPLATES = [
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
@@ -128,7 +132,9 @@ CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [SELF],
         "script-src": [SELF],
-        "style-src": [SELF],
+        # Inline styles stay allowed (the admin report's SVG charts carry their own);
+        # inline script, the XSS vector, does not.
+        "style-src": [SELF, UNSAFE_INLINE],
         "img-src": [SELF, "data:"],
         "font-src": [SELF],
         "connect-src": [SELF],
@@ -145,6 +151,8 @@ CSRF_COOKIE_HTTPONLY = False
 
 # --- I18N -----------------------------------------------------------------------
 LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env("DJANGO_TIME_ZONE", default="UTC")
 USE_I18N = True
 USE_TZ = True
@@ -166,7 +174,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["seckill.parsers.SafeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,
@@ -212,6 +220,10 @@ SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0
 SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=100)
 # Default payment deadline (seconds) for new activities.
 SECKILL_DEFAULT_PAY_TIMEOUT = env.int("SECKILL_DEFAULT_PAY_TIMEOUT", default=15 * 60)
+# How often beat reconciles each live activity (seconds); the final run is at close.
+SECKILL_RECONCILE_INTERVAL = env.float("SECKILL_RECONCILE_INTERVAL", default=10.0)
+# How often beat sweeps pending orders past their deadline (the deadline tasks' safety net).
+SECKILL_EXPIRY_SWEEP_INTERVAL = env.float("SECKILL_EXPIRY_SWEEP_INTERVAL", default=30.0)
 # Warm-up happens automatically this many seconds before the start (beat).
 SECKILL_AUTO_WARMUP_LEAD = env.int("SECKILL_AUTO_WARMUP_LEAD", default=300)
 
@@ -245,6 +257,17 @@ SECKILL_BLACKLIST_REDIS_TTL = env.float("SECKILL_BLACKLIST_REDIS_TTL", default=6
 SECKILL_SHOPPER_CACHE_TTL = env.int("SECKILL_SHOPPER_CACHE_TTL", default=60)
 SECKILL_CAPTCHA_TTL = env.int("SECKILL_CAPTCHA_TTL", default=120)
 
+# The activity page: shared caches (a CDN) may keep it this long; browsers a little.
+SECKILL_PAGE_MAX_AGE = env.int("SECKILL_PAGE_MAX_AGE", default=30)
+SECKILL_PAGE_S_MAXAGE = env.int("SECKILL_PAGE_S_MAXAGE", default=300)
+# Where `manage.py publish` and the admin action write the static activity pages (a CDN origin).
+SECKILL_PUBLISH_DIR = env.path("SECKILL_PUBLISH_DIR", default=BASE_DIR / "publish")
+
+# --- Payments -----------------------------------------------------------------------
+# Shared secret of the (simulated) payment gateway; signs checkout requests and callbacks.
+# Empty: payments are refused (503) rather than accepted unsigned.
+PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -264,4 +287,9 @@ CELERY_BEAT_SCHEDULE = {
     "seckill-start": {"task": "seckill.tasks.activities_start_task", "schedule": 2.0},
     "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": 15.0},
     "seckill-close": {"task": "seckill.tasks.activities_close_task", "schedule": 30.0},
+    "seckill-reconcile": {"task": "seckill.tasks.reconcile_live_task", "schedule": SECKILL_RECONCILE_INTERVAL},
+    "orders-expire-sweep": {
+        "task": "orders.tasks.orders_expire_overdue_task",
+        "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,
+    },
 }

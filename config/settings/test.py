@@ -4,7 +4,11 @@ import os
 
 from config import embedded
 
+# What this process started itself is stopped at the end of the session (tests/conftest.py),
+# so `make test` leaves nothing running; servers that were already up are left alone.
+_running_before = embedded.running_services()
 os.environ.update(embedded.ensure_services())
+SECKILL_EMBEDDED_STARTED = sorted(embedded.running_services() - _running_before)
 
 from .base import *  # noqa: F403
 from .base import DATABASES, env
@@ -14,10 +18,17 @@ DEBUG = False
 # Login throttling is on only in the tests about it (their client.login() has no request).
 AXES_ENABLED = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+WHITENOISE_USE_FINDERS = True  # no collectstatic needed to serve static files in tests
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+if env.bool("SECKILL_TEST_MANIFEST_STATIC", default=False):
+    # Processes that serve the fingerprinted assets (browser and cache tests), after collectstatic.
+    STORAGES["staticfiles"] = {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}
+    STATIC_ROOT = BASE_DIR / ".local" / "test-staticfiles"
+    WHITENOISE_USE_FINDERS = False  # served as in production: from STATIC_ROOT only
+PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="test-gateway-secret")
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Tests want quick replays; each test that needs one sets its own grace.
 SECKILL_REPLAY_GRACE = 2
@@ -45,9 +56,9 @@ def _redis_db(url: str, db: int) -> str:
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
-REDIS_URL = _redis_db(REDIS_URL, SECKILL_TEST_REDIS_DB)  # noqa: F405
+REDIS_URL = _redis_db(REDIS_URL, SECKILL_TEST_REDIS_DB)
 SECKILL_REDIS_URL = REDIS_URL
-CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
+CACHES["default"]["LOCATION"] = REDIS_URL
 _broker = env("CELERY_BROKER_URL", default="")
 # A RabbitMQ broker is used as given; a Redis broker gets its own test database.
 CELERY_BROKER_URL = (

@@ -1,7 +1,7 @@
 -- One purchase, in one atomic step: participation check, stock check, deduction,
 -- participant record and reservation-log append.
 --
--- KEYS[1] stock   KEYS[2] users (hash)   KEYS[3] log (stream)
+-- KEYS[1] stock   KEYS[2] users (hash)   KEYS[3] log (stream)   KEYS[4] failed (hash)
 -- ARGV[1] user id   ARGV[2] quantity   ARGV[3] per-user limit   ARGV[4] shard
 --
 -- Returns {code, remaining, reservation id}:
@@ -27,4 +27,6 @@ end
 local remaining = redis.call('DECRBY', KEYS[1], qty)
 local id = redis.call('XADD', KEYS[3], '*', 'u', ARGV[1], 'q', qty, 's', ARGV[4])
 redis.call('HSET', KEYS[2], ARGV[1], id)
+-- A new reservation supersedes an earlier one that failed (for the result endpoint).
+redis.call('HDEL', KEYS[4], ARGV[1])
 return {1, remaining, id}

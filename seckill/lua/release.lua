@@ -5,6 +5,8 @@
 -- KEYS[1] stock   KEYS[2] users   KEYS[3] log   KEYS[4] failed
 -- ARGV[1] reservation id   ARGV[2] user id   ARGV[3] quantity
 -- ARGV[4] "1" to free the shopper to try again   ARGV[5] reason
+-- ARGV[6] (when not freeing) the reservation id of the shopper's live order, to record
+--         instead of the released one, so that cancelling that order frees the shopper
 --
 -- Returns 1 when released, 0 when it had been released (or ordered) before.
 if redis.call('XDEL', KEYS[3], ARGV[1]) == 0 then
@@ -15,8 +17,12 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('INCRBY', KEYS[1], ARGV[3])
 end
-if ARGV[4] == '1' and redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
-  redis.call('HDEL', KEYS[2], ARGV[2])
-  redis.call('HSET', KEYS[4], ARGV[2], ARGV[5])
+if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
+  if ARGV[4] == '1' then
+    redis.call('HDEL', KEYS[2], ARGV[2])
+    redis.call('HSET', KEYS[4], ARGV[2], ARGV[5])
+  elseif ARGV[6] and ARGV[6] ~= '' then
+    redis.call('HSET', KEYS[2], ARGV[2], ARGV[6])
+  end
 end
 return 1

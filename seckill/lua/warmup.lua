@@ -1,16 +1,18 @@
 -- Load an activity's stock. Participants are restored by the caller first; setting
 -- the stock key last is what makes the activity "warmed".
 --
--- KEYS[1] stock   KEYS[2] loaded
--- ARGV[1] remaining   ARGV[2] loaded   ARGV[3] "1" to overwrite an existing stock key
+-- A compare-and-set: the caller derived ``remaining`` from a snapshot in which the
+-- stock was ARGV[3]; a purchase or release since then changed it, and the caller must
+-- derive again rather than overwrite a live sale with a stale figure.
 --
--- Returns {1, remaining} when written, {0, current} when refused.
-if ARGV[3] ~= '1' then
-  local current = redis.call('GET', KEYS[1])
-  if current then
-    return {0, tonumber(current)}
-  end
+-- KEYS[1] stock   KEYS[2] loaded
+-- ARGV[1] remaining   ARGV[2] loaded   ARGV[3] the stock expected now ('' = no key)
+--
+-- Returns 1 when written, 0 when the stock was not what the caller expected.
+local current = redis.call('GET', KEYS[1])
+if (current or '') ~= ARGV[3] then
+  return 0
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2])
-return {1, tonumber(ARGV[1])}
+return 1

@@ -10,7 +10,7 @@ def parse_when(value: str, *, now: datetime) -> datetime:
     if value.startswith("+"):
         try:
             return now + timedelta(seconds=float(value[1:]))
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:  # "+abc", "+nan", "+inf", "+1e30"
             raise CommandError(f"{value!r}: expected +SECONDS, e.g. +60") from exc
     parsed = parse_datetime(value)
     if parsed is None:

@@ -3,6 +3,7 @@ from decimal import Decimal, InvalidOperation
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 from django.utils import timezone
 
 from inventory.models import Product
@@ -11,13 +12,17 @@ from seckill.services import WarmupError, activity_create, activity_warmup
 from ._time import parse_when
 
 
-def _money(value: str) -> Decimal:
+def _money(value: str, option: str) -> Decimal:
     try:
         amount = Decimal(value)
     except InvalidOperation as exc:
-        raise CommandError(f"{value!r} is not an amount such as 99.00") from exc
-    if amount < 0:
-        raise CommandError(f"{value!r}: an amount cannot be negative")
+        raise CommandError(f"{option} {value!r} is not an amount such as 99.00") from exc
+    if not amount.is_finite() or amount < 0:
+        raise CommandError(f"{option} {value!r}: an amount must be a non-negative number such as 99.00")
+    try:  # at most 8 digits before the point and 2 after, as the columns hold
+        Product._meta.get_field("list_price").run_validators(amount)
+    except ValidationError as exc:
+        raise CommandError(f"{option} {value!r}: {' '.join(exc.messages)}") from exc
     return amount
 
 
@@ -42,20 +47,26 @@ class Command(BaseCommand):
         now = timezone.now()
         if o["stock"] < 1:
             raise CommandError("--stock must be at least 1")
-        product, _ = Product.objects.get_or_create(name=o["product_name"], defaults={"list_price": _money(o["price"])})
+        # Every argument is checked before anything is written: a typo leaves no product behind.
+        list_price, seckill_price = _money(o["price"], "--price"), _money(o["seckill_price"], "--seckill-price")
+        start_at, end_at = parse_when(o["start"], now=now), parse_when(o["end"], now=now)
+        if end_at <= start_at:
+            raise CommandError(f"--end ({end_at.isoformat()}) must be after --start ({start_at.isoformat()})")
         try:
-            activity = activity_create(
-                title=o["title"],
-                product=product,
-                seckill_price=_money(o["seckill_price"]),
-                start_at=parse_when(o["start"], now=now),
-                end_at=parse_when(o["end"], now=now),
-                total_stock=o["stock"],
-                per_user_limit=o["per_user_limit"],
-                shards=o["shards"],
-                safety_stock=o["safety_stock"],
-                pay_timeout=o["pay_timeout"],
-            )
+            with transaction.atomic():
+                product, _ = Product.objects.get_or_create(name=o["product_name"], defaults={"list_price": list_price})
+                activity = activity_create(
+                    title=o["title"],
+                    product=product,
+                    seckill_price=seckill_price,
+                    start_at=start_at,
+                    end_at=end_at,
+                    total_stock=o["stock"],
+                    per_user_limit=o["per_user_limit"],
+                    shards=o["shards"],
+                    safety_stock=o["safety_stock"],
+                    pay_timeout=o["pay_timeout"],
+                )
         except ValidationError as exc:
             raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from exc
         result = {"id": activity.pk}

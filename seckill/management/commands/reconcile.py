@@ -8,27 +8,37 @@ from seckill.selectors import live_activities
 
 
 class Command(BaseCommand):
-    help = "Check the stock identities now; without an id, every live activity."
+    help = (
+        "Reconcile now: check the stock identities, act on every bucket (create missing orders, cancel "
+        "overdue ones, return stock, open anomalies) and store the report. Without an id, every live activity."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("activity_id", type=int, nargs="?")
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        parser.add_argument("--dry-run", action="store_true", help="only report: change nothing, store nothing")
 
     def handle(self, *args, activity_id=None, **options):
+        dry_run = options["dry_run"]
         if activity_id is not None:
             if not Activity.objects.filter(pk=activity_id).exists():
                 raise CommandError(f"no activity {activity_id}")
-            reports = reconcile(activity_id=activity_id)
+            reports = reconcile(activity_id=activity_id, dry_run=dry_run)
         else:
-            reports = [reconcile(activity_id=a) for a in live_activities().values_list("pk", flat=True)]
+            reports = [
+                reconcile(activity_id=a, dry_run=dry_run) for a in live_activities().values_list("pk", flat=True)
+            ]
         if options["json"]:
             self.stdout.write(json.dumps(reports, default=str))
             return
         for report in reports if isinstance(reports, list) else [reports]:
             ok = "OK" if report["identity_ok"] else "DRIFT"
             self.stdout.write(
-                f"activity {report['activity']}: {ok} — Redis loaded {report['redis_loaded']}, remaining "
-                f"{report['redis_remaining']}, reserved-not-ordered {report['reserved_not_ordered']}; DB total "
-                f"{report['db_total']}, available {report['db_available']}; units pending {report['units_pending']}, "
-                f"paid {report['units_paid']}, cancelled {report['units_cancelled']}; buckets {report['buckets']}"
+                f"activity {report['activity']}: {ok}{' (dry run)' if dry_run else ''} — Redis loaded "
+                f"{report['redis_loaded']}, remaining {report['redis_remaining']}, reserved-not-ordered "
+                f"{report['reserved_not_ordered']}; DB total {report['db_total']}, available {report['db_available']}; "
+                f"units pending {report['units_pending']}, paid {report['units_paid']}, cancelled "
+                f"{report['units_cancelled']}; drift Redis {report['redis_drift']}, DB {report['db_drift']}; "
+                f"buckets {report['buckets']}; actions {report['actions']}; "
+                f"anomalies opened {report['anomalies_opened']}"
             )

@@ -28,5 +28,3 @@ class Command(BaseCommand):
         except redis.RedisError as exc:
             raise CommandError(f"Redis is not reachable ({exc}); check REDIS_URL / SECKILL_REDIS_URL") from exc
         self.stdout.write(json.dumps(result.as_dict()))
-        if not result.written:
-            self.stderr.write("stock was already loaded and left as it is")

@@ -1,0 +1,134 @@
+"""Reads for staff: the evidence behind an anomaly, and the figures of an activity's report."""
+
+from datetime import timedelta
+
+import redis
+from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models.functions import TruncHour, TruncMinute, TruncSecond
+
+from inventory.models import SeckillStock, StockMovement
+from seckill.keys import ActivityKeys
+from seckill.redis_client import stock_redis
+from seckill.scripts import LogEntry, parse_log_entry
+
+from .models import AnomalyOrder, Order, ReconciliationReport
+
+
+def reservation_entry(*, activity_id: int, reservation_id: str) -> LogEntry | None:
+    """The reservation's entry in the Redis log, if it is still there (no order yet)."""
+    try:
+        entries = stock_redis().xrange(ActivityKeys(activity_id).log, min=reservation_id, max=reservation_id)
+    except redis.ResponseError:  # not a stream id (e.g. a staff-made reservation id)
+        return None
+    return parse_log_entry(*entries[0]) if entries else None
+
+
+def _text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def anomaly_evidence(*, anomaly: AnomalyOrder) -> dict:
+    """What staff need to judge an anomaly: the Redis state of its shopper and
+    reservation, its order and that order's ledger entries."""
+    order = anomaly.order
+    if order is None and anomaly.reservation_id:
+        order = Order.objects.filter(activity_id=anomaly.activity_id, reservation_id=anomaly.reservation_id).first()
+    keys = ActivityKeys(anomaly.activity_id)
+    try:
+        client = stock_redis()
+        pipe = client.pipeline(transaction=False)
+        pipe.get(keys.stock)
+        pipe.get(keys.loaded)
+        pipe.hget(keys.users, anomaly.user_id or 0)
+        pipe.hget(keys.failed, anomaly.user_id or 0)
+        pipe.hget(keys.attempts, anomaly.reservation_id or "-")
+        pipe.sismember(keys.returned, order.order_no if order else "-")
+        pipe.xlen(keys.log)
+        stock, loaded, participant, failed, attempts, returned, log_length = pipe.execute()
+        entry = (
+            reservation_entry(activity_id=anomaly.activity_id, reservation_id=anomaly.reservation_id)
+            if anomaly.reservation_id
+            else None
+        )
+        redis_state = {
+            "stock remaining": _text(stock),
+            "stock loaded": _text(loaded),
+            "shopper's live reservation": _text(participant),
+            "shopper's failure reason": _text(failed),
+            "reservation still in the log": bool(entry),
+            "replay attempts": _text(attempts),
+            "order's units returned to Redis": bool(returned) if order else None,
+            "reservations in the log": log_length,
+        }
+    except redis.RedisError as exc:
+        redis_state = {"error": f"Redis unavailable: {exc}"}
+    ledger = list(StockMovement.objects.filter(order=order).order_by("id")) if order else []
+    return {"redis": redis_state, "order": order, "ledger": ledger}
+
+
+def _trunc_for(span: timedelta):
+    if span <= timedelta(minutes=10):
+        return TruncSecond
+    if span <= timedelta(days=1):
+        return TruncMinute
+    return TruncHour
+
+
+def _cumulative(rows) -> list[tuple]:
+    total, points = 0, []
+    for moment, units in rows:
+        total += units
+        points.append((moment, total))
+    return points
+
+
+def activity_report_data(*, activity) -> dict:
+    """Sold over time, remaining and drift for an activity's report page."""
+    orders = Order.objects.filter(activity=activity)
+    span = orders.aggregate(first=Min("created_at"), last=Max("created_at"))
+    trunc = _trunc_for(span["last"] - span["first"] if span["first"] else timedelta(0))
+
+    def series(field: str, **filters) -> list[tuple]:
+        rows = (
+            orders.filter(**filters, **{f"{field}__isnull": False})
+            .annotate(t=trunc(field))
+            .values("t")
+            .annotate(units=Sum("quantity"))
+            .order_by("t")
+            .values_list("t", "units")
+        )
+        return _cumulative(rows)
+
+    recent = ReconciliationReport.objects.filter(activity=activity).order_by("-created_at")
+    reports = list(recent.values_list("created_at", "report")[:500])[::-1]
+    stock = SeckillStock.objects.filter(activity=activity).first()
+    counts = orders.aggregate(
+        pending=Sum("quantity", filter=Q(status=Order.Status.PENDING), default=0),
+        paid=Sum("quantity", filter=Q(status=Order.Status.PAID), default=0),
+        cancelled=Sum("quantity", filter=Q(status=Order.Status.CANCELLED), default=0),
+        orders=Count("id"),
+    )
+    latest = reports[-1][1] if reports else None
+    return {
+        "ordered": series("created_at"),
+        "paid": series("paid_at", status=Order.Status.PAID),
+        "cancelled": series("cancelled_at", status=Order.Status.CANCELLED),
+        "remaining": [(t, r.get("redis_remaining")) for t, r in reports if r.get("redis_remaining") is not None],
+        "db_available": [(t, r.get("db_available")) for t, r in reports],
+        "redis_drift": [(t, r.get("redis_drift") or 0) for t, r in reports],
+        "db_drift": [(t, r.get("db_drift") or 0) for t, r in reports],
+        "figures": {
+            "total stock": activity.total_stock,
+            "units paid": counts["paid"],
+            "units pending payment": counts["pending"],
+            "units cancelled": counts["cancelled"],
+            "orders": counts["orders"],
+            "database available": stock.available if stock else None,
+            "Redis remaining (last report)": latest.get("redis_remaining") if latest else None,
+            "Redis drift (last report)": latest.get("redis_drift") if latest else None,
+            "database drift (last report)": latest.get("db_drift") if latest else None,
+            "identities hold (last report)": latest.get("identity_ok") if latest else None,
+            "reports": len(reports),
+            "open anomalies": AnomalyOrder.objects.filter(activity=activity, status=AnomalyOrder.Status.OPEN).count(),
+        },
+    }

@@ -1,0 +1,349 @@
+// The activity page: countdown on the server's clock, the flag polled as
+// flag.js?v=<random> (never cached), the buy button, and the outcome.
+// The page itself is the same for every visitor; everything about the visitor comes
+// from /api/me and /api/activities/<id>/result, which are never cached.
+(function () {
+  "use strict";
+  const sale = document.getElementById("sale");
+  if (!sale || !window.shop) return;
+  const { format, duration, serverClock } = window.shop;
+  const T = JSON.parse(document.getElementById("sale-strings").textContent);
+  const id = sale.dataset.activity;
+  const button = document.getElementById("buy");
+  const hint = document.getElementById("buy-hint");
+  const countdown = document.getElementById("countdown");
+  const outcome = document.getElementById("outcome");
+  const account = document.getElementById("account");
+
+  const COOLDOWN_MS = 10000;
+  const state = {
+    startMs: Date.parse(sale.dataset.start),
+    endMs: Date.parse(sale.dataset.end),
+    now: null, // server clock, known after the first flag
+    token: null,
+    ended: false,
+    cooldownUntil: 0,
+    locked: false, // bought, or already took part: no more clicks
+    me: null,
+    csrf: "",
+    order: null,
+  };
+  let pollTimer = null;
+  let pollGeneration = 0;
+
+  function randomParam() {
+    const bytes = new Uint8Array(8);
+    crypto.getRandomValues(bytes);
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  // --- the flag ---------------------------------------------------------------------
+  function loadFlag() {
+    return new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      const sent = performance.now();
+      // A stalled request must not stall the polling: give up on it after 10 s.
+      const timeout = setTimeout(() => {
+        script.remove();
+        reject(new Error("flag timed out"));
+      }, 10000);
+      window.seckillOnFlag = (flag) => {
+        clearTimeout(timeout);
+        resolve({ flag, anchor: (sent + performance.now()) / 2 });
+      };
+      script.src = `${sale.dataset.flagUrl}?v=${randomParam()}`;
+      script.onload = () => script.remove();
+      script.onerror = () => {
+        clearTimeout(timeout);
+        script.remove();
+        reject(new Error("flag unavailable"));
+      };
+      document.head.appendChild(script);
+    });
+  }
+
+  function pollDelay() {
+    if (state.ended) return null;
+    if (state.token) return 30000; // live: look again now and then for the end
+    const left = state.startMs - state.now();
+    const jitter = 0.85 + Math.random() * 0.3; // spread the crowd's polls
+    if (left > 300000) return 60000 * jitter;
+    if (left > 60000) return 15000 * jitter;
+    if (left > 10000) return 3000 * jitter;
+    if (left > 1500) return 1000;
+    // Right at the start: ask just after it, then every quarter second.
+    return Math.max(250, left + 50);
+  }
+
+  async function poll() {
+    clearTimeout(pollTimer);
+    const generation = ++pollGeneration; // a newer poll supersedes this one: one chain only
+    let delay = 2000;
+    try {
+      const { flag, anchor } = await loadFlag();
+      if (generation !== pollGeneration) return;
+      state.now = serverClock(flag.server_time, anchor);
+      state.startMs = Date.parse(flag.start_at);
+      state.endMs = Date.parse(flag.end_at);
+      state.ended = flag.ended;
+      state.token = flag.started && !flag.ended ? flag.token : null;
+      render();
+      delay = pollDelay();
+    } catch (e) {
+      if (generation !== pollGeneration) return;
+      delay = 2000;
+    }
+    if (delay !== null) pollTimer = setTimeout(poll, delay);
+  }
+
+  // --- what the page shows -------------------------------------------------------------
+  function render() {
+    if (!state.now) return;
+    const now = state.now();
+    if (state.ended || now >= state.endMs) {
+      countdown.textContent = T.ended;
+      countdown.dataset.phase = "ended";
+      countdown.dataset.remainingMs = "0";
+    } else if (!state.token) {
+      const left = state.startMs - now;
+      countdown.dataset.phase = "upcoming";
+      countdown.dataset.remainingMs = String(Math.max(0, Math.round(left)));
+      countdown.textContent = left > 0 ? format(T.starts_in, { time: duration(left, T.days) }) : T.starting;
+    } else {
+      countdown.dataset.phase = "live";
+      countdown.dataset.remainingMs = "0";
+      countdown.textContent = `${T.on_sale} ${format(T.ends_in, { time: duration(state.endMs - now, T.days) })}`;
+    }
+    renderButton();
+    renderOrderTimer();
+  }
+
+  function renderButton() {
+    const live = !!state.token && !state.ended && state.now && state.now() < state.endMs;
+    const cooling = performance.now() < state.cooldownUntil;
+    button.disabled = !live || cooling || state.locked;
+    button.setAttribute("aria-disabled", String(button.disabled));
+    if (cooling) {
+      hint.textContent = format(T.hint_retry, { seconds: Math.ceil((state.cooldownUntil - performance.now()) / 1000) });
+    } else if (!live && !state.ended) {
+      hint.textContent = state.me && !state.me.authenticated ? T.hint_login : T.hint_wait_start;
+    } else {
+      hint.textContent = state.me && !state.me.authenticated && live ? T.hint_login : "";
+    }
+  }
+
+  function say(text, kind, extra) {
+    outcome.replaceChildren();
+    outcome.dataset.kind = kind || "";
+    const p = document.createElement("p");
+    p.className = `msg msg-${kind || "info"}`;
+    p.textContent = text;
+    outcome.appendChild(p);
+    if (extra) outcome.appendChild(extra);
+  }
+
+  // --- the visitor: who, and the CSRF token, from an uncached call -------------------------
+  async function loadMe() {
+    try {
+      const r = await fetch("/api/me", { cache: "no-store", credentials: "same-origin" });
+      state.me = await r.json();
+      state.csrf = state.me.csrf_token || "";
+    } catch (e) {
+      state.me = null;
+      return;
+    }
+    if (state.me.authenticated && account) {
+      account.replaceChildren();
+      const who = document.createElement("span");
+      who.className = "who";
+      who.textContent = format(T.hello, { name: state.me.username });
+      const form = postForm("/accounts/logout/", T.log_out, "link");
+      account.append(who, " ", form);
+      showResult(await fetchResult());
+    } else if (account) {
+      const login = document.getElementById("account-login");
+      if (login) login.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`;
+    }
+    renderButton();
+  }
+
+  function postForm(action, label, cls) {
+    const form = document.createElement("form");
+    form.method = "post";
+    form.action = action;
+    form.className = "inline";
+    const csrf = document.createElement("input");
+    csrf.type = "hidden";
+    csrf.name = "csrfmiddlewaretoken";
+    csrf.value = state.csrf;
+    const submit = document.createElement("button");
+    submit.type = "submit";
+    submit.className = cls;
+    submit.textContent = label;
+    form.append(csrf, submit);
+    return form;
+  }
+
+  // --- buying ------------------------------------------------------------------------------
+  async function buy() {
+    if (button.disabled) return;
+    state.cooldownUntil = performance.now() + COOLDOWN_MS;
+    renderButton();
+    const cooldownTick = setInterval(() => {
+      renderButton();
+      if (performance.now() >= state.cooldownUntil) clearInterval(cooldownTick);
+    }, 250);
+    say(T.sending, "info");
+    let response, body;
+    try {
+      response = await fetch(`/api/activities/${id}/purchase`, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": state.csrf },
+        body: JSON.stringify({ token: state.token, quantity: 1 }),
+      });
+      body = await response.json().catch(() => ({}));
+    } catch (e) {
+      say(T.network, "error");
+      return;
+    }
+    handlePurchase(response.status, body.code || "", body);
+  }
+
+  function handlePurchase(status, code, body) {
+    if (status === 202) {
+      state.locked = true;
+      say(T.queued, "success");
+      waitForOrder(0);
+    } else if (status === 401) {
+      const link = document.createElement("a");
+      link.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`;
+      link.textContent = T.log_in;
+      say(T.login, "error", link);
+    } else if (code === "duplicate") {
+      state.locked = true;
+      say(T.duplicate, "warning");
+      fetchResult().then((r) => r && r.code === "ordered" && showResult(r));
+    } else if (code === "sold_out") {
+      say(T.sold_out, "warning");
+    } else if (status === 429) {
+      say(T.rate_limited, "warning");
+    } else if (code === "not_eligible") {
+      say(T.not_eligible, "error");
+    } else if (code === "blacklisted") {
+      say(T.blacklisted, "error");
+    } else if (code === "captcha_required" || code === "captcha_invalid") {
+      say(T.captcha, "warning");
+    } else if (code === "not_started") {
+      say(T.not_started, "warning");
+      poll();
+    } else if (code === "ended") {
+      state.ended = true;
+      say(T.ended, "warning");
+      render();
+    } else if (code === "bad_token") {
+      say(T.bad_token, "warning");
+      poll();
+    } else if (status === 503) {
+      say(T.busy, "warning");
+    } else if (status === 403) {
+      say(T.session, "error"); // a CSRF failure: the session changed since the page loaded
+      loadMe();
+    } else {
+      say(body.detail || T.error, "error");
+    }
+    renderButton();
+  }
+
+  async function fetchResult() {
+    try {
+      const r = await fetch(`/api/activities/${id}/result`, { cache: "no-store", credentials: "same-origin" });
+      return r.ok ? await r.json() : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  async function waitForOrder(attempt) {
+    const result = await fetchResult();
+    if (result && result.code === "ordered") return showResult(result);
+    if (result && result.code === "failed") return say(T.failed, "error");
+    setTimeout(() => waitForOrder(attempt + 1), attempt < 20 ? 500 : 2000);
+  }
+
+  function showResult(result) {
+    if (!result || result.code === "none") return;
+    if (result.code === "queued") {
+      state.locked = true;
+      say(T.queued, "success");
+      waitForOrder(0);
+      return;
+    }
+    if (result.code === "failed") return say(T.failed, "error");
+    const order = result.order;
+    if (!order) return;
+    if (order.status === "paid") {
+      state.locked = true;
+      const link = document.createElement("a");
+      link.href = "/orders/";
+      link.textContent = T.my_orders;
+      say(T.paid, "success", link);
+    } else if (order.status === "pending") {
+      state.locked = true;
+      state.order = order;
+      const actions = document.createElement("div");
+      actions.className = "actions";
+      const pay = postForm(`/orders/${encodeURIComponent(order.order_no)}/pay/`, T.pay, "primary pay");
+      const cancel = document.createElement("button");
+      cancel.type = "button";
+      cancel.className = "secondary cancel";
+      cancel.textContent = T.cancel;
+      cancel.addEventListener("click", () => cancelOrder(order.order_no));
+      actions.append(pay, cancel);
+      say("", "success", actions);
+      outcome.dataset.order = order.order_no;
+      renderOrderTimer();
+    }
+    renderButton();
+  }
+
+  function renderOrderTimer() {
+    const order = state.order;
+    if (!order || !state.now) return;
+    const p = outcome.querySelector("p.msg");
+    if (!p) return;
+    const left = Date.parse(order.pay_deadline) - state.now();
+    if (left <= 0) {
+      state.order = null;
+      say(T.expired, "warning");
+      state.locked = false;
+      return;
+    }
+    p.textContent = format(T.got_it, { time: duration(left, T.days) });
+  }
+
+  async function cancelOrder(orderNo) {
+    try {
+      const r = await fetch(`/api/orders/${encodeURIComponent(orderNo)}/cancel`, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "X-CSRFToken": state.csrf },
+      });
+      if (!r.ok) throw new Error(String(r.status));
+      state.order = null;
+      state.locked = false;
+      say(T.cancelled, "info");
+    } catch (e) {
+      say(T.error, "error");
+    }
+    renderButton();
+  }
+
+  button.addEventListener("click", buy);
+  (function tick() {
+    render();
+    setTimeout(tick, 200);
+  })();
+  poll();
+  loadMe();
+})();

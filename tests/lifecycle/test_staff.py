@@ -1,0 +1,239 @@
+"""Staff in admin: the groups made by the data migration, what each may do, the anomaly
+evidence and actions, the report page; and shoppers kept out of each other's orders."""
+
+import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from inventory.models import SeckillStock, StockMovement
+from orders.models import AnomalyOrder, Order
+from orders.services import anomaly_record, order_pay
+from seckill.keys import ActivityKeys
+from seckill.models import Activity
+from seckill.reconciliation import reconcile
+from seckill.redis_client import stock_redis
+from seckill.selectors import redis_remaining
+
+from ..factories import UserFactory, make_activity, make_users
+from .helpers import buy, reserve
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def staff_groups():
+    """The groups as the data migration makes them (a transactional test's flush
+    empties every table, the migration's rows included)."""
+    from importlib import import_module
+
+    from django.apps import apps
+
+    import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
+
+
+def _staff(group: str):
+    user = UserFactory(username=f"{group}-member", is_staff=True)
+    user.groups.add(Group.objects.get(name=group))
+    client = Client()
+    client.force_login(user)
+    return user, client
+
+
+def _activity_form(activity) -> dict:
+    return {
+        "title": "Renamed",
+        "product": activity.product_id,
+        "seckill_price": "0.20",
+        "start_at_0": activity.start_at.strftime("%Y-%m-%d"),
+        "start_at_1": activity.start_at.strftime("%H:%M:%S"),
+        "end_at_0": activity.end_at.strftime("%Y-%m-%d"),
+        "end_at_1": activity.end_at.strftime("%H:%M:%S"),
+        "total_stock": activity.total_stock,
+        "safety_stock": 0,
+        "shards": 1,
+        "per_user_limit": 1,
+        "pay_timeout": 900,
+        "stock-TOTAL_FORMS": 1,
+        "stock-INITIAL_FORMS": 1,
+        "stock-MIN_NUM_FORMS": 0,
+        "stock-MAX_NUM_FORMS": 1,
+        "stock-0-id": SeckillStock.objects.get(activity=activity).pk,
+        "stock-0-activity": activity.pk,
+    }
+
+
+def _anomaly(activity, user, order=None):
+    anomaly, _ = anomaly_record(
+        kind=AnomalyOrder.Kind.REPLAY_EXHAUSTED if order is None else AnomalyOrder.Kind.PAID_NOT_DEDUCTED,
+        activity_id=activity.pk,
+        order=order,
+        fault_key=f"test:{user.pk}",
+        details={"quantity": 1},
+    )
+    if order is None:
+        AnomalyOrder.objects.filter(pk=anomaly.pk).update(user=user)
+        anomaly.refresh_from_db()
+    return anomaly
+
+
+def test_the_groups_exist_with_their_permissions():
+    merchants = set(Group.objects.get(name="merchants").permissions.values_list("codename", flat=True))
+    reviewers = set(Group.objects.get(name="reviewers").permissions.values_list("codename", flat=True))
+    assert {"add_activity", "change_activity", "view_activity", "add_product", "change_product"} <= merchants
+    assert not {p for p in merchants if p.endswith("anomalyorder") or p.endswith("reconciliationreport")}
+    assert {"view_anomalyorder", "change_anomalyorder", "view_reconciliationreport", "view_activity"} <= reviewers
+    assert "change_activity" not in reviewers and "add_activity" not in reviewers
+
+
+def test_a_reviewer_sees_activities_but_cannot_change_them():
+    activity = make_activity(stock=5, warm=False)
+    _, client = _staff("reviewers")
+    url = reverse("admin:seckill_activity_change", args=[activity.pk])
+    assert client.get(url).status_code == 200
+    assert client.post(url, _activity_form(activity)).status_code == 403
+    assert Activity.objects.get(pk=activity.pk).title == activity.title
+    # Nor through the list actions (warm-up, end now).
+    changelist = reverse("admin:seckill_activity_changelist")
+    client.post(changelist, {"action": "end_and_clean_up", "_selected_action": [activity.pk]})
+    assert Activity.objects.get(pk=activity.pk).end_at == activity.end_at
+    assert client.get(reverse("admin:seckill_activity_add")).status_code == 403
+
+
+def test_a_merchant_changes_activities_but_cannot_resolve_an_anomaly():
+    activity = make_activity(stock=5, warm=False)
+    (shopper,) = make_users(1)
+    anomaly = _anomaly(activity, shopper)
+    _, client = _staff("merchants")
+    url = reverse("admin:seckill_activity_change", args=[activity.pk])
+    response = client.post(url, _activity_form(activity))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Activity.objects.get(pk=activity.pk).title == "Renamed"
+    act = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "resolve"])
+    assert client.post(act, {"note": "fine"}).status_code == 403
+    assert client.get(reverse("admin:orders_anomalyorder_change", args=[anomaly.pk])).status_code == 403
+    assert client.get(reverse("admin:orders_reconciliationreport_activity", args=[activity.pk])).status_code == 403
+    assert AnomalyOrder.objects.get(pk=anomaly.pk).status == AnomalyOrder.Status.OPEN
+
+
+def test_a_shopper_reaches_none_of_admin():
+    activity = make_activity(stock=5, warm=False)
+    (shopper,) = make_users(1)
+    anomaly = _anomaly(activity, shopper)
+    client = Client()
+    client.force_login(shopper)
+    urls = [
+        reverse("admin:index"),
+        reverse("admin:seckill_activity_change", args=[activity.pk]),
+        reverse("admin:orders_anomalyorder_change", args=[anomaly.pk]),
+        reverse("admin:orders_reconciliationreport_changelist"),
+        reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]),
+    ]
+    for url in urls:
+        response = client.get(url)
+        assert response.status_code == 302 and "/admin/login/" in response["Location"], url
+    response = client.post(reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "resolve"]), {"note": "x"})
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    assert AnomalyOrder.objects.get(pk=anomaly.pk).status == AnomalyOrder.Status.OPEN
+
+
+def test_one_shopper_never_sees_pays_or_cancels_anothers_order():
+    activity = make_activity(stock=5, pay_timeout=600)
+    owner, other = make_users(2)
+    (order,) = buy(activity, [owner])
+    client = APIClient()
+    client.force_authenticate(other)
+    assert client.get(f"/api/orders/{order.order_no}/").status_code == 404
+    assert client.post(f"/api/orders/{order.order_no}/pay").status_code == 404
+    assert client.post(f"/api/orders/{order.order_no}/cancel").status_code == 404
+    assert client.get("/api/orders/").json()["count"] == 0
+    order.refresh_from_db()
+    assert order.status == Order.Status.PENDING and redis_remaining(activity.pk) == 4
+
+
+def test_a_reviewer_reads_the_evidence_and_resolves_with_a_note():
+    activity = make_activity(stock=5, pay_timeout=600)
+    (shopper,) = make_users(1)
+    (order,) = buy(activity, [shopper])
+    order_pay(order=order)
+    StockMovement.objects.filter(order=order).delete()
+    reconcile(activity_id=activity.pk)
+    anomaly = AnomalyOrder.objects.get(activity=activity, kind=AnomalyOrder.Kind.PAID_NOT_DEDUCTED)
+    reviewer, client = _staff("reviewers")
+
+    page = client.get(reverse("admin:orders_anomalyorder_change", args=[anomaly.pk])).content.decode()
+    assert "Redis state" in page and order.order_no in page and "shopper&#x27;s live reservation" in page
+    assert order.reservation_id in page  # the participant's reservation, from Redis
+    assert "Resolve with note" in page
+
+    act = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "resolve"])
+    client.post(act, {"note": ""})
+    assert AnomalyOrder.objects.get(pk=anomaly.pk).status == AnomalyOrder.Status.OPEN, "a note is required"
+    assert client.post(act, {"note": "ledger row restored by hand"}).status_code == 302
+    anomaly.refresh_from_db()
+    assert anomaly.status == AnomalyOrder.Status.RESOLVED and anomaly.resolved_by == reviewer
+    assert anomaly.resolution_note == "ledger row restored by hand" and anomaly.resolved_at is not None
+    assert anomaly.history[-1]["by"] == reviewer.username and anomaly.history[-1]["action"] == "resolve"
+    page = client.get(reverse("admin:orders_anomalyorder_change", args=[anomaly.pk])).content.decode()
+    assert "Resolve with note" not in page
+
+
+def test_staff_recreate_the_order_of_a_released_reservation_and_return_its_stock(settings):
+    settings.SECKILL_REPLAY_GRACE = 0
+    activity = make_activity(stock=5, pay_timeout=600)
+    (shopper,) = make_users(1)
+    # A reservation that never became an order and was given back.
+    entry = reserve(activity, shopper)
+    from seckill.reservations import reservation_release
+
+    reservation_release(activity_id=activity.pk, entry=entry, free_participant=True, reason="replay_exhausted")
+    anomaly = _anomaly(activity, shopper)
+    reviewer, client = _staff("reviewers")
+
+    act = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "recreate"])
+    assert client.post(act, {"note": "shopper complained"}).status_code == 302
+    order = Order.objects.get(activity=activity, user=shopper)
+    assert order.status == Order.Status.PENDING and redis_remaining(activity.pk) == 4
+    assert SeckillStock.objects.get(activity=activity).available == 4
+    anomaly.refresh_from_db()
+    assert anomaly.order == order and anomaly.history[-1]["action"] == "recreate_order"
+    assert anomaly.history[-1]["by"] == reviewer.username and anomaly.history[-1]["at"]
+    # Twice: the shopper holds an order now, nothing more is taken.
+    client.post(act, {"note": "again"})
+    assert Order.objects.filter(activity=activity, user=shopper).count() == 1
+
+    act = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "return"])
+    assert client.post(act, {"note": "refund"}).status_code == 302
+    order.refresh_from_db()
+    assert order.status == Order.Status.CANCELLED and order.cancel_reason == "staff"
+    assert redis_remaining(activity.pk) == 5 and SeckillStock.objects.get(activity=activity).available == 5
+    assert not stock_redis().hexists(ActivityKeys(activity.pk).users, shopper.pk)
+    client.post(act, {"note": "again"})
+    assert redis_remaining(activity.pk) == 5, "the stock returns once"
+    anomaly.refresh_from_db()
+    assert [h["action"] for h in anomaly.history] == ["recreate_order", "return_stock"]
+    assert reconcile(activity_id=activity.pk)["identity_ok"]
+
+
+def test_the_report_page_shows_the_numbers_beside_the_charts():
+    activity = make_activity(stock=10, pay_timeout=600)
+    orders = buy(activity, make_users(4))
+    order_pay(order=orders[0])
+    reconcile(activity_id=activity.pk)
+    reconcile(activity_id=activity.pk)
+    _, client = _staff("reviewers")
+    response = client.get(reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert page.count('class="pygal-chart"') == 3 and "Units over time" in page and "Drift in units" in page
+    assert "units paid" in page and "Redis remaining (last report)" in page
+    assert response.context["figures"]["units paid"] == 1
+    assert response.context["figures"]["units pending payment"] == 3
+    assert response.context["figures"]["Redis remaining (last report)"] == 6
+    listing = client.get(reverse("admin:orders_reconciliationreport_changelist")).content.decode()
+    assert reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]) in listing
+    report = activity.reconciliation_reports.first()
+    detail = client.get(reverse("admin:orders_reconciliationreport_change", args=[report.pk]))
+    assert detail.status_code == 200 and "identity_ok" in detail.content.decode()
+    assert client.post(reverse("admin:orders_reconciliationreport_change", args=[report.pk]), {}).status_code == 403

@@ -1,0 +1,344 @@
+"""The order consumer: reservation → order, exactly once, whatever the delivery does.
+
+Real PostgreSQL and Redis throughout; real Celery workers where delivery matters (a
+message delivered twice, a worker killed mid-batch), a real gunicorn with a dead broker
+for the lost enqueue.
+"""
+
+import json
+import random
+import threading
+import urllib.request
+
+import psycopg
+import pytest
+import redis
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import Count, Sum
+
+from inventory.models import SeckillStock, StockMovement
+from orders.models import AnomalyOrder, Order
+from orders.services import order_cancel, orders_create_from_reservations
+from orders.tasks import order_create_task
+from seckill.keys import ActivityKeys
+from seckill.reconciliation import reconcile
+from seckill.redis_client import stock_redis
+from seckill.reservations import reservations_pending
+from seckill.scripts import LogEntry, ScriptCode, run_purchase
+from seckill.selectors import purchase_result, redis_remaining
+from seckill.services import activity_token_ensure, reservations_replay
+from seckill.tasks import reservations_replay_task
+
+from ..factories import make_activity, make_users, token_of
+from ..helpers import free_port, start_celery_worker, start_gunicorn, subprocess_env, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def reserve(activity, user, quantity: int = 1) -> LogEntry:
+    """The purchase script alone: a reservation in the log and no task sent (what a
+    web process that died right after the script, or a failed enqueue, leaves)."""
+    reply = run_purchase(
+        stock_redis(), ActivityKeys(activity.pk), user_id=user.pk, quantity=quantity, limit=activity.per_user_limit
+    )
+    assert reply.code == ScriptCode.RESERVED, reply
+    return LogEntry(reply.reservation_id, user.pk, quantity, 0)
+
+
+def task_args(activity, entry: LogEntry) -> list:
+    return [activity.pk, entry.reservation_id, entry.user_id, entry.quantity, entry.shard]
+
+
+def assert_exactly_once(activity, entries: list[LogEntry]) -> None:
+    """One order and one ledger deduction per reservation; both identities hold."""
+    orders = Order.objects.filter(activity=activity)
+    by_reservation = dict(orders.values_list("reservation_id").annotate(n=Count("id")))
+    assert by_reservation == {e.reservation_id: 1 for e in entries}
+    assert not orders.values("user").annotate(n=Count("id")).filter(n__gt=1).exists()
+    units = sum(e.quantity for e in entries)
+    deducts = StockMovement.objects.filter(activity=activity, kind="deduct")
+    assert deducts.count() == len(entries)
+    assert deducts.values("order").distinct().count() == len(entries)
+    assert deducts.aggregate(u=Sum("quantity"))["u"] == units
+    stock = SeckillStock.objects.get(activity=activity)
+    assert stock.available == stock.total - units
+    assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
+    assert not AnomalyOrder.objects.filter(activity=activity).exists()
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"], report
+    assert report["reserved_not_ordered"] == 0
+
+
+def order_count(activity) -> int:
+    return Order.objects.filter(activity=activity).count()
+
+
+# --- delivered twice ---------------------------------------------------------------
+
+
+def test_task_delivered_twice_in_a_row_creates_one_order():
+    activity = make_activity(stock=5)
+    (user,) = make_users(1)
+    entry = reserve(activity, user)
+    order_create_task.apply(args=task_args(activity, entry)).get()
+    order_create_task.apply(args=task_args(activity, entry)).get()
+    assert_exactly_once(activity, [entry])
+    assert redis_remaining(activity.pk) == 4
+
+
+def test_task_delivered_many_times_concurrently_creates_one_order_each():
+    activity = make_activity(stock=20, per_user_limit=2)
+    users = make_users(20)
+    rng = random.Random(7)
+    entries = [reserve(activity, u, rng.randint(1, 2)) for u in users[:12]]
+    deliveries = [e for e in entries for _ in range(4)]
+    rng.shuffle(deliveries)
+    chunks = [deliveries[i::8] for i in range(8)]
+    barrier = threading.Barrier(len(chunks))
+    errors = []
+
+    def deliver(chunk):
+        try:
+            barrier.wait(timeout=60)
+            for entry in chunk:
+                order_create_task.apply(args=task_args(activity, entry), throw=True)
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deliver, args=(chunk,)) for chunk in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert_exactly_once(activity, entries)
+
+
+@pytest.mark.slow
+def test_two_real_messages_for_each_reservation_make_one_order(celery_worker):
+    activity = make_activity(stock=30)
+    users = make_users(30)
+    entries = [reserve(activity, u) for u in users]
+    for entry in entries:
+        order_create_task.apply_async(args=task_args(activity, entry))
+        order_create_task.apply_async(args=task_args(activity, entry))
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+
+    def consumer_messages_unacked() -> int:
+        # The orders' payment-deadline tasks (eta = the deadline) wait unacknowledged in
+        # the worker by design; only the order-creation messages must all be consumed.
+        messages = [json.loads(raw)[0] for raw in broker.hvals("unacked")]
+        return sum(m["headers"]["task"] == "orders.tasks.order_create_task" for m in messages)
+
+    wait_until(
+        lambda: order_count(activity) == 30 and broker.llen("celery") == 0 and consumer_messages_unacked() == 0,
+        timeout=120,
+        what="the worker to consume every message",
+    )
+    assert_exactly_once(activity, entries)
+    assert redis_remaining(activity.pk) == 0
+
+
+# --- the database guard and the constraint say no -------------------------------------------
+
+
+def test_db_guard_failure_returns_the_redis_units_and_opens_an_anomaly():
+    activity = make_activity(stock=3)
+    users = make_users(3)
+    # Redis believes in 3 units, the database has 1: they disagree.
+    SeckillStock.objects.filter(activity=activity).update(available=1)
+    entries = [reserve(activity, u) for u in users]
+    assert redis_remaining(activity.pk) == 0
+    for entry in entries:
+        order_create_task.apply(args=task_args(activity, entry), throw=True)
+
+    assert order_count(activity) == 1
+    assert SeckillStock.objects.get(activity=activity).available == 0
+    assert redis_remaining(activity.pk) == 2  # the two refused reservations came back
+    assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
+    anomalies = AnomalyOrder.objects.filter(activity=activity, kind=AnomalyOrder.Kind.DB_GUARD_FAILED)
+    refused = [e for e in entries if not Order.objects.filter(reservation_id=e.reservation_id).exists()]
+    assert sorted(anomalies.values_list("reservation_id", flat=True)) == sorted(e.reservation_id for e in refused)
+    # A redelivery does not open the anomaly twice or return the units twice.
+    order_create_task.apply(args=task_args(activity, refused[0]), throw=True)
+    assert anomalies.count() == 2 and redis_remaining(activity.pk) == 2
+
+    # The refused shopper learns it and is free to try again.
+    loser = get_user_model().objects.get(pk=refused[0].user_id)
+    assert purchase_result(activity_id=activity.pk, user_id=loser.pk) == ("failed", "no_stock")
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_of(loser)}")
+    token = activity_token_ensure(activity_id=activity.pk)
+    response = client.post(f"/api/activities/{activity.pk}/purchase", {"token": token}, format="json")
+    assert response.status_code == 202, response.content
+
+
+def test_duplicate_reservation_of_a_shopper_with_a_live_order_is_released():
+    activity = make_activity(stock=5)
+    (user,) = make_users(1)
+    first = reserve(activity, user)
+    orders_create_from_reservations(activity_id=activity.pk, entries=[first])
+    # Participants lost (say a Redis restart without the re-warm restoring them):
+    # the script lets the same shopper reserve again.
+    stock_redis().hdel(ActivityKeys(activity.pk).users, user.pk)
+    second = reserve(activity, user)
+    assert redis_remaining(activity.pk) == 3
+    outcome = orders_create_from_reservations(activity_id=activity.pk, entries=[second])
+
+    assert outcome.released == [second.reservation_id]
+    assert list(Order.objects.filter(activity=activity).values_list("reservation_id", flat=True)) == [
+        first.reservation_id
+    ]
+    assert redis_remaining(activity.pk) == 4
+    assert SeckillStock.objects.get(activity=activity).available == 4
+    anomaly = AnomalyOrder.objects.get(activity=activity)
+    assert (anomaly.kind, anomaly.reservation_id, anomaly.user_id) == (
+        AnomalyOrder.Kind.DUPLICATE_RESERVATION,
+        second.reservation_id,
+        user.pk,
+    )
+    # The shopper who holds an order is still a participant: no third reservation.
+    reply = run_purchase(stock_redis(), ActivityKeys(activity.pk), user_id=user.pk, quantity=1, limit=1)
+    assert reply.code == ScriptCode.DUPLICATE
+    assert reconcile(activity_id=activity.pk)["identity_ok"]
+    # The participant record points at the live order again: cancelling it frees the shopper.
+    assert stock_redis().hget(ActivityKeys(activity.pk).users, user.pk).decode() == first.reservation_id
+    order_cancel(order=Order.objects.get(activity=activity, user=user), reason="shopper")
+    assert redis_remaining(activity.pk) == 5
+    again = run_purchase(stock_redis(), ActivityKeys(activity.pk), user_id=user.pk, quantity=1, limit=1)
+    assert again.code == ScriptCode.RESERVED
+
+
+# --- lost enqueue, killed worker, poison ---------------------------------------------------
+
+
+def _post_purchase(base: str, activity_id: int, key: str, token: str) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"{base}/api/activities/{activity_id}/purchase",
+        data=json.dumps({"token": token}).encode(),
+        headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.slow
+def test_lost_enqueue_is_repaired_by_the_replay_after_the_grace(process_logs, settings):
+    activity = make_activity(stock=5)
+    users = make_users(3)
+    token = activity_token_ensure(activity_id=activity.pk)
+    # A web server whose broker is gone: every enqueue fails, the purchases still succeed.
+    dead_broker = f"redis://127.0.0.1:{free_port()}/0"
+    server, base = start_gunicorn(process_logs, workers=1, threads=4, env=subprocess_env(CELERY_BROKER_URL=dead_broker))
+    try:
+        answers = [_post_purchase(base, activity.pk, token_of(u), token) for u in users]
+    finally:
+        server.stop()
+    assert [status for status, _ in answers] == [202, 202, 202], answers
+    assert "enqueue failed" in server.log()
+    entries = reservations_pending(activity_id=activity.pk)
+    assert len(entries) == 3 and order_count(activity) == 0
+
+    # Within the grace nothing is replayed (the task may still be on its way) ...
+    assert reservations_replay(activity_id=activity.pk, grace_seconds=3600).created == 0
+    assert order_count(activity) == 0
+    # ... after it, the beat task creates every order, once.
+    settings.SECKILL_REPLAY_GRACE = 0
+    assert reservations_replay_task() == {activity.pk: 3}
+    assert reservations_replay_task() == {activity.pk: 0}
+    assert_exactly_once(activity, entries)
+    assert redis_remaining(activity.pk) == 2
+
+
+def _waiting_on_a_lock(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()[0]
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_batch_every_order_exactly_once(process_logs):
+    activity = make_activity(stock=40)
+    users = make_users(40)
+    entries = [reserve(activity, u) for u in users]
+    worker = start_celery_worker(process_logs, name="doomed")
+    try:
+        for entry in entries[:10]:
+            order_create_task.apply_async(args=task_args(activity, entry))
+        wait_until(lambda: order_count(activity) == 10, timeout=120, what="the first ten orders")
+
+        # Hold the stock row so that the worker is caught inside its order transaction
+        # (order inserted, guard waiting), then kill it there: a crash mid-batch.
+        db = connection.settings_dict
+        dsn = f"host={db['HOST']} port={db['PORT']} user={db['USER']} dbname={db['NAME']}"
+        with psycopg.connect(dsn) as blocker:
+            blocker.execute("SELECT 1 FROM inventory_seckillstock WHERE activity_id = %s FOR UPDATE", [activity.pk])
+            for entry in entries[10:]:
+                order_create_task.apply_async(args=task_args(activity, entry))
+            wait_until(lambda: _waiting_on_a_lock(dsn) >= 1, timeout=120, what="the worker to block on the stock row")
+            worker.kill()
+            assert not worker.alive()
+            blocker.rollback()
+    finally:
+        worker.stop()
+    assert order_count(activity) < 40  # the crash really left work undone
+
+    # A new worker and the replay (sent through the broker, as beat does) finish the job.
+    replacement = start_celery_worker(process_logs, name="replacement")
+    try:
+
+        def replayed_all() -> bool:
+            reservations_replay_task.apply_async()
+            return order_count(activity) == 40 and stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
+
+        wait_until(replayed_all, timeout=120, interval=1.0, what="the replay to create every order")
+    finally:
+        replacement.stop()
+    assert_exactly_once(activity, entries)
+    assert redis_remaining(activity.pk) == 0
+
+
+def test_poison_reservation_is_given_up_after_the_attempt_limit(settings):
+    settings.SECKILL_REPLAY_MAX_ATTEMPTS = 3
+    activity = make_activity(stock=5)
+    good_user, doomed_user = make_users(2)
+    good = reserve(activity, good_user)
+    poison = reserve(activity, doomed_user, 1)
+    # The shopper's row disappears before the order is made: the insert violates the
+    # foreign key every time it is tried.
+    doomed_id = doomed_user.pk
+    doomed_user.delete()
+    assert redis_remaining(activity.pk) == 3
+
+    first = reservations_replay(activity_id=activity.pk, grace_seconds=0)
+    assert (first.created, first.released) == (1, 0)  # the good one is not held back by the poison
+    assert reservations_replay(activity_id=activity.pk, grace_seconds=0).released == 0
+    assert [e.reservation_id for e in reservations_pending(activity_id=activity.pk)] == [poison.reservation_id]
+    third = reservations_replay(activity_id=activity.pk, grace_seconds=0)
+    assert third.released == 1
+
+    assert redis_remaining(activity.pk) == 4  # the poison's unit is back on sale
+    assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
+    stock = SeckillStock.objects.get(activity=activity)
+    assert stock.available == 4  # the database only ever lost the good order's unit
+    anomaly = AnomalyOrder.objects.get(activity=activity)
+    assert anomaly.kind == AnomalyOrder.Kind.REPLAY_EXHAUSTED
+    assert anomaly.reservation_id == poison.reservation_id
+    assert anomaly.details["attempts"] == 3 and anomaly.details["user_id"] == doomed_id
+    assert list(Order.objects.filter(activity=activity).values_list("reservation_id", flat=True)) == [
+        good.reservation_id
+    ]
+    # Nothing more happens on later runs.
+    assert reservations_replay(activity_id=activity.pk, grace_seconds=0).seen == 0
+    assert reconcile(activity_id=activity.pk)["identity_ok"]

@@ -1,0 +1,177 @@
+"""The shopper's page in real Chromium (Debian's package, driven by Playwright) against
+gunicorn and a Celery worker on the test database. Screenshots go to docs/screenshots/."""
+
+import re
+import time
+import urllib.request
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from orders.models import Order, Payment
+from tests.factories import ProductFactory, UserFactory, make_activity
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.slow
+
+CLOCK_AHEAD_BY_AN_HOUR = """
+(() => {
+  const shift = 3600 * 1000;
+  const RealDate = Date;
+  class ShiftedDate extends RealDate {
+    constructor(...args) { if (args.length === 0) { super(RealDate.now() + shift); } else { super(...args); } }
+    static now() { return RealDate.now() + shift; }
+  }
+  window.Date = ShiftedDate;
+})();
+"""
+
+
+def remaining_ms(page) -> int | None:
+    value = page.locator("#countdown").get_attribute("data-remaining-ms")
+    return int(value) if value else None
+
+
+def shot(page, folder, name: str) -> None:
+    path = folder / f"{name}.png"
+    page.screenshot(path=str(path))
+    assert path.stat().st_size > 1000
+
+
+def demo_activity(seconds_to_start: float, stock: int = 3):
+    start = timezone.now() + timedelta(seconds=seconds_to_start)
+    product = ProductFactory(
+        name="Demo phone", list_price=Decimal("3999.00"), description="A phone with a big screen and a small price."
+    )
+    activity = make_activity(
+        stock=stock,
+        started=False,
+        title="Phone for a yuan",
+        product=product,
+        seckill_price=Decimal("1.00"),
+        start_at=start,
+        end_at=start + timedelta(hours=2),
+    )
+    return activity, start
+
+
+def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context, screenshot_dir):
+    user = UserFactory(username="alice")
+    page = browser_context.new_page()
+    page.goto(f"{shop_server}/accounts/login/?next=/orders/")
+    page.get_by_label("Username").fill(user.username)
+    page.get_by_label("Password").fill("pw-for-tests")
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url("**/orders/")
+    activity, start = demo_activity(seconds_to_start=20)
+    page.goto(f"{shop_server}/seckill/{activity.pk}/")
+    expect(page.locator("#account")).to_contain_text("alice")  # from /api/me, not from the cached page
+
+    loads = []
+    page.on("load", lambda _: loads.append(time.monotonic()))
+    purchases = []
+    page.on("request", lambda r: r.method == "POST" and "/purchase" in r.url and purchases.append(r.url))
+    flag_urls = []
+    page.on("request", lambda r: "/flag.js" in r.url and flag_urls.append(r.url))
+
+    button = page.locator("#buy")
+    expect(button).to_be_disabled()
+    first = wait_until(lambda: remaining_ms(page), timeout=30, what="the countdown")
+    wait_until(lambda: remaining_ms(page) < first - 1500, timeout=30, what="the countdown to move")
+    expect(page.locator("#countdown")).to_contain_text("Starts in")
+    assert timezone.now() < start
+    expect(button).to_be_disabled()
+    shot(page, screenshot_dir, "1-before-start")
+
+    # The start arrives: the flag turns on and the button enables, without a reload.
+    expect(button).to_be_enabled(timeout=90_000)
+    assert timezone.now() >= start
+    assert not loads, "the page was reloaded"
+    expect(page.locator("#countdown")).to_contain_text("On sale now!")
+    # Every poll had its own random parameter.
+    assert len(flag_urls) >= 2 and len(set(flag_urls)) == len(flag_urls)
+    assert all(re.search(r"flag\.js\?v=[0-9a-f]{16}$", u) for u in flag_urls)
+    shot(page, screenshot_dir, "2-at-start")
+
+    button.click()
+    expect(button).to_be_disabled()
+    button.click(force=True, timeout=2000)  # a disabled button swallows the click
+    page.keyboard.press("Enter")
+    outcome = page.locator("#outcome")
+    expect(outcome).to_contain_text(re.compile(r"You got it! Pay within \d\d:\d\d"), timeout=90_000)
+    assert len(purchases) == 1, purchases
+    expect(button).to_be_disabled()
+    order = Order.objects.get(activity=activity, user=user)
+    assert order.status == Order.Status.PENDING
+    shot(page, screenshot_dir, "3-after-purchase")
+
+    # Pay: the gateway's page, then its signed callback to the shop, then the orders page.
+    outcome.get_by_role("button", name="Pay now").click()
+    page.wait_for_url("**/gateway/checkout/**")
+    expect(page.locator("h1")).to_contain_text("Pay ¥1.00")
+    page.locator("#gateway-pay").click()
+    page.wait_for_url("**/orders/?paid=*")
+    row = page.locator(f"#order-{order.order_no}")
+    expect(row.locator(".status")).to_have_text("paid")
+    order.refresh_from_db()
+    assert order.status == Order.Status.PAID
+    assert Payment.objects.filter(order=order).count() == 1
+    assert len(purchases) == 1
+    shot(page, screenshot_dir, "4-orders")
+
+
+def test_a_client_clock_an_hour_ahead_changes_nothing(shop_server, browser_context):
+    activity, start = demo_activity(seconds_to_start=20)
+    browser_context.add_init_script(CLOCK_AHEAD_BY_AN_HOUR)
+    page = browser_context.new_page()
+    page.goto(f"{shop_server}/seckill/{activity.pk}/")
+    assert page.evaluate("Date.now()") - time.time() * 1000 > 3_500_000  # the clock is really off
+
+    left = wait_until(lambda: remaining_ms(page), timeout=30, what="the countdown")
+    true_left = (start - timezone.now()).total_seconds() * 1000
+    # Counted on server time: what the page shows is what is really left (a client-clock
+    # countdown would show 0 and "started").
+    assert 0 < left and abs(left - true_left) < 10_000, (left, true_left)
+    button = page.locator("#buy")
+    expect(button).to_be_disabled()
+    expect(button).to_be_enabled(timeout=90_000)
+    assert timezone.now() >= start, "enabled before the server's start"
+
+
+def test_fingerprinted_assets_are_cached_for_a_year_and_the_page_is_public(shop_server):
+    activity, _ = demo_activity(seconds_to_start=3600)
+    with urllib.request.urlopen(f"{shop_server}/seckill/{activity.pk}/") as response:
+        headers, body = response.headers, response.read().decode()
+    assert "public" in headers["Cache-Control"] and "s-maxage" in headers["Cache-Control"]
+    assert headers.get_all("Set-Cookie") is None
+    assert "cookie" not in (headers.get("Vary") or "").lower()
+    assets = re.findall(r'(?:src|href)="(/static/seckill/[\w.-]+\.[0-9a-f]{12}\.(?:js|css))"', body)
+    assert {a.split("/")[-1].split(".")[0] for a in assets} >= {"activity", "shop", "site"}, assets
+    for asset in assets:
+        with urllib.request.urlopen(f"{shop_server}{asset}") as response:
+            cache_control = response.headers["Cache-Control"]
+        assert "max-age=315360000" in cache_control and "immutable" in cache_control, (asset, cache_control)
+
+
+def test_a_chinese_browser_lands_on_the_chinese_page(shop_server, chromium_browser, screenshot_dir):
+    activity, _ = demo_activity(seconds_to_start=3600)
+    context = chromium_browser.new_context(viewport={"width": 1000, "height": 760}, locale="zh-CN")
+    try:
+        page = context.new_page()
+        page.goto(f"{shop_server}/seckill/{activity.pk}/")
+        page.wait_for_url(f"**/zh-hans/seckill/{activity.pk}/")
+        expect(page.locator("#buy")).to_have_text("立即抢购")
+        expect(page.locator("#countdown")).to_contain_text("距开始还有")
+        shot(page, screenshot_dir, "5-zh-hans")
+        # The switch: English chosen explicitly sticks, whatever the browser prefers.
+        page.get_by_role("link", name="English").click()
+        page.wait_for_url(f"**/seckill/{activity.pk}/")
+        expect(page.locator("#buy")).to_have_text("Buy now")
+        page.reload()
+        expect(page.locator("#buy")).to_have_text("Buy now")
+        assert "/zh-hans/" not in page.url
+    finally:
+        context.close()

@@ -1,0 +1,94 @@
+"""Accounts, catalog, the sale list, and the language switch."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from tests.factories import ProductFactory, UserFactory, make_activity
+
+pytestmark = pytest.mark.django_db
+
+
+def test_sign_up_log_out_log_in():
+    client = Client()
+    assert client.get("/accounts/signup/").status_code == 200
+    response = client.post(
+        "/accounts/signup/",
+        {"username": "newshopper", "password1": "a-long-Pass-phrase-9", "password2": "a-long-Pass-phrase-9"},
+    )
+    assert response.status_code == 302
+    assert get_user_model().objects.filter(username="newshopper").exists()
+    assert client.get("/api/me").json()["authenticated"] is True
+    assert client.post("/accounts/logout/").status_code == 302
+    assert client.get("/api/me").json()["authenticated"] is False
+    page = client.get("/accounts/login/")
+    assert page.status_code == 200 and b'<label for="id_username">' in page.content
+    response = client.post("/accounts/login/", {"username": "newshopper", "password": "a-long-Pass-phrase-9"})
+    assert response.status_code == 302
+    assert client.get("/api/me").json()["username"] == "newshopper"
+
+
+def test_sign_up_does_not_redirect_off_site():
+    response = Client().post(
+        "/accounts/signup/?next=https://evil.example/",
+        {"username": "x1", "password1": "a-long-Pass-phrase-9", "password2": "a-long-Pass-phrase-9"},
+    )
+    assert response.status_code == 302 and response["Location"] == "/"
+
+
+def test_catalog_and_sale_list():
+    product = ProductFactory(name="Tea pot", description="Pours well.")
+    activity = make_activity(product=product, title="Pot for a penny")
+    products = Client().get("/products/")
+    assert products.status_code == 200 and b"Tea pot" in products.content
+    detail = Client().get(f"/products/{product.pk}/")
+    assert detail.status_code == 200 and b"Pot for a penny" in detail.content
+    assert f'href="/seckill/{activity.pk}/"'.encode() in detail.content
+    assert Client().get("/products/999999/").status_code == 404
+    sales = Client().get("/")
+    assert sales.status_code == 200 and b"Pot for a penny" in sales.content
+
+
+def test_language_follows_the_browser_and_the_switch():
+    activity = make_activity(title="Sale")
+    chinese = Client(HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9").get("/")
+    assert chinese["Content-Language"] == "zh-hans" and "秒杀活动".encode() in chinese.content
+    # Links from a Chinese page lead to the Chinese activity page.
+    assert f'href="/zh-hans/seckill/{activity.pk}/"'.encode() in chinese.content
+    english = Client(HTTP_ACCEPT_LANGUAGE="en-US").get("/")
+    assert english["Content-Language"] == "en" and b"Flash sales" in english.content
+
+    client = Client(HTTP_ACCEPT_LANGUAGE="en-US")
+    client.get("/api/me")
+    switched = client.post(
+        "/i18n/setlang/",
+        {"language": "zh-hans", "next": "/orders/", "csrfmiddlewaretoken": client.cookies["csrftoken"].value},
+    )
+    assert switched.status_code == 302
+    assert client.get("/").headers["Content-Language"] == "zh-hans"
+
+
+def test_orders_page_in_chinese():
+    user = UserFactory()
+    client = Client(HTTP_ACCEPT_LANGUAGE="zh-CN")
+    client.force_login(user)
+    page = client.get("/orders/")
+    assert page.status_code == 200 and "我的订单".encode() in page.content
+
+
+def test_the_committed_mo_matches_the_po():
+    """The compiled catalogue is committed (no gettext needed to test); it must be current."""
+    import gettext
+    import re
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "locale" / "zh_Hans" / "LC_MESSAGES"
+    po = (folder / "django.po").read_text(encoding="utf-8")
+    with open(folder / "django.mo", "rb") as handle:
+        mo = gettext.GNUTranslations(handle)
+    pairs = re.findall(r'^msgid "(.+)"\nmsgstr "(.*)"$', po, flags=re.MULTILINE)
+    assert len(pairs) > 100
+    for msgid, msgstr in pairs:
+        unescape = lambda s: s.replace('\\"', '"').replace("\\\\", "\\")  # noqa: E731
+        assert msgstr, f"untranslated: {msgid}"
+        assert mo.gettext(unescape(msgid)) == unescape(msgstr), f"django.mo is stale for {msgid!r}: run make messages"
