@@ -84,10 +84,16 @@ class Activity(models.Model):
         help_text=_("Purchases the admission cap lets through at once after a quiet spell; blank = one second's rate."),
     )
     min_member_level = models.PositiveSmallIntegerField(
-        _("minimum membership level"), default=0, help_text=_("Shoppers below this level get 403 not_eligible.")
+        _("minimum membership level"),
+        null=True,
+        blank=True,
+        help_text=_("Shoppers below this level get 403 not_eligible; blank = no rule."),
     )
     min_account_age_days = models.PositiveIntegerField(
-        _("minimum account age (days)"), default=0, help_text=_("Accounts younger than this get 403 not_eligible.")
+        _("minimum account age (days)"),
+        null=True,
+        blank=True,
+        help_text=_("Accounts younger than this get 403 not_eligible; blank = no rule."),
     )
     captcha_required = models.BooleanField(
         _("captcha required"), default=False, help_text=_("Each purchase must carry a one-time captcha answer.")

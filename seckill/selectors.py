@@ -44,8 +44,8 @@ class ActivitySnapshot:
     rate_per_ip: str = ""
     admission_rate: int | None = None
     admission_burst: int | None = None
-    min_member_level: int = 0
-    min_account_age_days: int = 0
+    min_member_level: int | None = None
+    min_account_age_days: int | None = None
     captcha_required: bool = False
 
     def phase_at(self, now: datetime) -> str:
