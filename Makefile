@@ -19,6 +19,7 @@ run: $(STAMP)
 	@$(BIN)/python -m config.stack
 
 test: $(STAMP)
+	@bash .ci/system-packages
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

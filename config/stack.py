@@ -8,6 +8,7 @@ Ctrl-C (SIGINT) or SIGTERM stops every process it started, embedded servers incl
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,6 +67,12 @@ def main() -> int:
     env.update(embedded.ensure_services(env))
     started_here = embedded.running_services() - already
     embedded.STATE_DIR.mkdir(parents=True, exist_ok=True)
+    # Prometheus multiprocess mode: gunicorn workers and Celery children each write
+    # their metrics here and /metrics adds them up; our own directory is emptied at each start.
+    if not env.get("PROMETHEUS_MULTIPROC_DIR"):
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(embedded.STATE_DIR / "prometheus")
+        shutil.rmtree(env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
+    Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
     children: dict[str, subprocess.Popen] = {}
     stopping = False

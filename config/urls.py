@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from config import health
 from config.ping import ping
 from orders import apis as order_apis
 from orders import views as order_views
@@ -73,4 +74,6 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("api/", include(api)),
     path(settings.ADMIN_URL, admin.site.urls),
+    path("healthz", health.healthz, name="healthz"),
+    path("metrics", health.metrics, name="metrics"),
 ]

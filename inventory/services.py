@@ -29,8 +29,9 @@ def stock_set_total(*, activity_id: int, total: int) -> None:
         raise InsufficientStock("the total can only change before any unit is sold")
 
 
-def stock_deduct(*, activity_id: int, orders: Sequence, reason: str = "order_created") -> None:
-    """Take the units of ``orders`` (already inserted, same transaction) from the stock.
+def stock_deduct(*, activity_id: int, orders: Sequence, reason: str = "order_created", keep: int = 0) -> None:
+    """Take the units of ``orders`` (already inserted, same transaction) from the stock,
+    leaving at least ``keep`` units (the database path keeps the safety stock).
 
     Raises InsufficientStock before writing anything when the guard fails.
     """
@@ -38,7 +39,7 @@ def stock_deduct(*, activity_id: int, orders: Sequence, reason: str = "order_cre
     if units <= 0:
         return
     assert transaction.get_connection().in_atomic_block, "deduct together with the order insert"
-    updated = SeckillStock.objects.filter(activity_id=activity_id, available__gte=units).update(
+    updated = SeckillStock.objects.filter(activity_id=activity_id, available__gte=units + keep).update(
         available=F("available") - units, version=F("version") + 1
     )
     if not updated:

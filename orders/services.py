@@ -3,6 +3,7 @@
 import logging
 import math
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -211,6 +212,36 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
     return outcome
 
 
+# --- the database path (Redis away) ---------------------------------------------
+
+# Reservation ids of orders made without Redis; log ids look like "1700000000000-0".
+DB_PATH_PREFIX = "db-"
+
+
+class OrderDuplicate(Exception):
+    """The shopper already holds a live order for the activity."""
+
+
+def order_create_direct(*, activity_id: int, user_id: int, quantity: int) -> Order:
+    """A purchase on the database alone: the order insert and the conditional stock
+    update in one transaction, the same two steps the consumer runs. The safety stock
+    is never sold this way.
+
+    Raises InsufficientStock (sold out) or OrderDuplicate; nothing is written then.
+    """
+    activity = Activity.objects.only("pk", "seckill_price", "pay_timeout", "safety_stock").get(pk=activity_id)
+    entry = LogEntry(f"{DB_PATH_PREFIX}{uuid.uuid4().hex[:20]}", user_id, quantity, 0)
+    with transaction.atomic():
+        inserted = _insert_orders(activity, [entry])
+        if not inserted:
+            raise OrderDuplicate(f"user {user_id} already holds a live order for activity {activity_id}")
+        stock_deduct(
+            activity_id=activity_id, orders=inserted, reason="order_created_db_path", keep=activity.safety_stock
+        )
+    return inserted[0]
+
+
+# --- pay and cancel -------------------------------------------------------------
 # --- pay, cancel and the payment deadline -----------------------------------------
 # Every transition is a conditional UPDATE on the current status, so a payment and a
 # timeout arriving together end in exactly one outcome, and stock moves exactly once.

@@ -41,7 +41,9 @@ _ERR = OpenApiResponse(ErrorSerializer)
 
 def error_json(exc: ApiError) -> JsonResponse:
     """The same body and headers as the DRF exception handler, without DRF."""
-    response = JsonResponse({"code": exc.code, "detail": exc.detail}, status=exc.status)
+    body = {"code": exc.code, "detail": exc.detail}
+    response = JsonResponse(body, status=exc.status)
+    response.data = body  # as on a DRF Response: the purchase metrics read the code from it
     for name, value in exc.headers().items():
         response[name] = value
     return response

@@ -145,7 +145,18 @@ def _rate(own: str, default: str) -> str | None:
     return None if not rate or rate == "off" else rate
 
 
+def redis_away() -> bool:
+    """The circuit breaker is not closed: Redis failed just now. The limits then let
+    requests on at once rather than wait for a timeout each; the database fallback that
+    serves purchases meanwhile has a strict concurrency cap of its own."""
+    from .breaker import redis_breaker
+
+    return redis_breaker().state != redis_breaker().CLOSED
+
+
 def _limit(request, *, group: str, value: str, rate: str) -> None:
+    if redis_away():
+        return
     try:
         usage = get_usage(request, group=group, key=lambda _g, _r: value, rate=rate, increment=True)
     except (ConnectionInterrupted, redis.RedisError) as exc:
@@ -175,6 +186,8 @@ def purchase_admission_check(activity: ActivitySnapshot) -> None:
     if not rate:
         return
     burst = activity.admission_burst or settings.SECKILL_ADMISSION_BURST or rate
+    if redis_away():
+        return
     try:
         admitted, wait_ms = run_admission(stock_redis(), activity.keys, rate=rate, burst=burst)
     except redis.RedisError as exc:

@@ -73,6 +73,15 @@ class ActivityKeys:
         """One captcha challenge: "<user id>:<answer>", deleted by the first attempt."""
         return f"seckill:{self.tag}:captcha:{challenge_id}"
 
+    @property
+    def db_synced(self) -> str:
+        """Database-path orders already counted in the stock (see seckill.fallback.stock_resync)."""
+        return f"seckill:{self.tag}:dbsynced"
+
+    @property
+    def resync_lock(self) -> str:
+        return f"seckill:{self.tag}:resync"
+
     def expiry_scheduled(self, due_second: int) -> str:
         """Flag: a payment-deadline task is scheduled for this second (Unix time)."""
         return f"seckill:{self.tag}:expiry:{due_second}"
@@ -86,5 +95,6 @@ class ActivityKeys:
             self.attempts,
             self.failed,
             self.returned,
+            self.db_synced,
             self.admission,
         ]

@@ -8,6 +8,7 @@ import redis
 from redis.commands.core import Script
 
 from .keys import ActivityKeys
+from .metrics import script_timer
 
 _LUA_DIR = Path(__file__).parent / "lua"
 
@@ -43,9 +44,10 @@ class PurchaseReply:
 def run_purchase(
     client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0
 ) -> PurchaseReply:
-    code, remaining, reservation = PURCHASE(
-        keys=[keys.stock, keys.users, keys.log, keys.failed], args=[user_id, quantity, limit, shard], client=client
-    )
+    with script_timer("purchase"):
+        code, remaining, reservation = PURCHASE(
+            keys=[keys.stock, keys.users, keys.log, keys.failed], args=[user_id, quantity, limit, shard], client=client
+        )
     if isinstance(reservation, bytes):
         reservation = reservation.decode()
     return PurchaseReply(int(code), int(remaining), reservation)
@@ -62,30 +64,35 @@ def run_release(
     reason: str,
     live_reservation_id: str = "",
 ) -> bool:
-    released = RELEASE(
-        keys=[keys.stock, keys.users, keys.log, keys.failed],
-        args=[reservation_id, user_id, quantity, "1" if free_participant else "0", reason, live_reservation_id],
-        client=client,
-    )
+    with script_timer("release"):
+        released = RELEASE(
+            keys=[keys.stock, keys.users, keys.log, keys.failed],
+            args=[reservation_id, user_id, quantity, "1" if free_participant else "0", reason, live_reservation_id],
+            client=client,
+        )
     return bool(released)
 
 
 def run_return(
     client: redis.Redis, keys: ActivityKeys, *, order_no: str, quantity: int, user_id: int, reservation_id: str
 ) -> bool:
-    returned = RETURN(
-        keys=[keys.stock, keys.users, keys.returned], args=[order_no, quantity, user_id, reservation_id], client=client
-    )
+    with script_timer("return"):
+        returned = RETURN(
+            keys=[keys.stock, keys.users, keys.returned],
+            args=[order_no, quantity, user_id, reservation_id],
+            client=client,
+        )
     return bool(returned)
 
 
 def run_warmup(client: redis.Redis, keys: ActivityKeys, *, remaining: int, loaded: int, expected: int | None) -> bool:
     """Set the stock if it still is ``expected`` (None: no stock key); True if written."""
-    written = WARMUP(
-        keys=[keys.stock, keys.loaded],
-        args=[remaining, loaded, "" if expected is None else str(expected)],
-        client=client,
-    )
+    with script_timer("warmup"):
+        written = WARMUP(
+            keys=[keys.stock, keys.loaded],
+            args=[remaining, loaded, "" if expected is None else str(expected)],
+            client=client,
+        )
     return bool(written)
 
 
@@ -135,7 +142,8 @@ class RedisSnapshot:
 
 
 def run_snapshot(client: redis.Redis, keys: ActivityKeys) -> RedisSnapshot:
-    stock, loaded, entries = SNAPSHOT(keys=[keys.stock, keys.loaded, keys.log], client=client)
+    with script_timer("snapshot"):
+        stock, loaded, entries = SNAPSHOT(keys=[keys.stock, keys.loaded, keys.log], client=client)
     return RedisSnapshot(
         stock=int(stock) if stock is not None else None,
         loaded=int(loaded) if loaded is not None else None,

@@ -157,6 +157,10 @@ def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: fl
         found, value = _local_get(name)
         if found:
             return value
+        from .breaker import redis_breaker
+
+        # With the breaker open (Redis failed just now) go to the database at once.
+        shared = shared and redis_breaker().state == redis_breaker().CLOSED
         try:
             value = _shared_get_or_build(keys, codec) if shared else codec.load()
         except redis.RedisError as exc:
@@ -467,7 +471,12 @@ def redis_remaining(activity_id: int) -> int | None:
 def redis_remaining_many(activity_ids: list[int]) -> dict[int, int | None]:
     if not activity_ids:
         return {}
-    values = stock_redis().mget([ActivityKeys(a).stock for a in activity_ids])
+    # One GET per activity in a pipeline, not MGET: the keys live in different Redis
+    # Cluster slots, and a cluster pipeline routes each command to its node.
+    pipe = stock_redis().pipeline(transaction=False)
+    for activity_id in activity_ids:
+        pipe.get(ActivityKeys(activity_id).stock)
+    values = pipe.execute()
     return {a: (int(v) if v is not None else None) for a, v in zip(activity_ids, values, strict=True)}
 
 

@@ -271,14 +271,38 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     """Gate 2: the atomic Lua script; then hand the reservation to a Celery worker.
 
     The caller has run gate 1 (input, time window, token). Raises ApiError otherwise.
+    With Redis away, the circuit breaker sends purchases to the database path
+    (``seckill.fallback``); its half-open probe re-synchronises the stock first.
     """
+    from .breaker import redis_breaker
+    from .fallback import busy, purchase_fallback, stock_resync
+
+    breaker = redis_breaker()
+    ticket = breaker.allow()
+    if ticket is None:
+        if breaker.state == breaker.HALF_OPEN:
+            raise busy()  # another request is re-synchronising the stock; a moment
+        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
     try:
+        if ticket == "probe":
+            stock_resync()
         reply = run_purchase(
             stock_redis(), activity.keys, user_id=user_id, quantity=quantity, limit=activity.per_user_limit
         )
+    except redis.TimeoutError as exc:
+        # The script may have run: the outcome is unknown, so no second path may sell.
+        breaker.record_failure()
+        logger.warning("purchase: Redis timed out for activity %s: %s", activity.id, exc)
+        raise busy() from exc
     except redis.RedisError as exc:
-        logger.warning("purchase: Redis unavailable for activity %s: %s", activity.id, exc)
-        raise ApiError(503, "busy", "The sale is busy; please try again in a moment.", retry_after=2) from exc
+        breaker.record_failure()
+        logger.warning("purchase: Redis unavailable for activity %s, database path: %s", activity.id, exc)
+        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
+    except WarmupError as exc:
+        breaker.record_failure()
+        logger.error("purchase: re-synchronising the stock failed; breaker stays open: %s", exc)
+        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
+    breaker.record_success()
 
     if reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
         sold_out_note(activity.id, reply.remaining)  # "none left" is answered here, without Redis, for a moment

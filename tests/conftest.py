@@ -8,6 +8,8 @@ from django.db import connection
 
 from seckill import selectors, soldout
 from seckill.authentication import token_cache_clear
+from seckill.breaker import redis_breaker
+from seckill.fallback import _fallback_slots
 from seckill.redis_client import reset_stock_redis, stock_redis
 
 from .helpers import start_celery_worker, start_gunicorn
@@ -17,9 +19,30 @@ def pytest_unconfigure(config):
     """Stop the embedded servers this test run started (none when the URLs were given)."""
     from config import embedded
 
+    if settings.CELERY_BROKER_URL.startswith("amqp"):
+        _amqp_queue(delete=True)
     started = set(getattr(settings, "SECKILL_EMBEDDED_STARTED", []))
     if started:
         embedded.stop_services(started)
+
+
+def _amqp_queue(*, delete: bool) -> None:
+    """RabbitMQ: empty this run's own queue before each test; delete it at the end."""
+    from kombu import Exchange, Queue
+
+    from config.celery_app import app
+
+    name = settings.CELERY_TASK_DEFAULT_QUEUE
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        queue = Queue(name, Exchange(name), name, channel=channel)
+        queue.declare()
+        if delete:
+            queue.delete()
+            queue.exchange.delete()
+        else:
+            queue.purge()
+        channel.close()
 
 
 @pytest.fixture(autouse=True)
@@ -27,9 +50,13 @@ def clean_redis():
     """Each test starts with empty Redis databases (stock/cache and broker) and empty
     in-process caches."""
     reset_stock_redis()
+    redis_breaker.cache_clear()
+    _fallback_slots.cache_clear()
     stock_redis().flushdb()
     if settings.CELERY_BROKER_URL.startswith("redis"):
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    elif settings.CELERY_BROKER_URL.startswith("amqp"):
+        _amqp_queue(delete=False)
     selectors.activity_snapshot_forget()
     soldout.sold_out_forget()
     token_cache_clear()

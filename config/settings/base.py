@@ -36,6 +36,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: a page declared identical for every visitor leaves without per-visitor headers.
     "seckill.middleware.SharedPageMiddleware",
+    "config.request_log.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -46,6 +47,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "seckill.metrics.PurchaseOutcomeMiddleware",
     # Last, as django-axes asks: turns a lockout into its 429 answer.
     "axes.middleware.AxesMiddleware",
 ]
@@ -94,6 +96,8 @@ CACHES = {
             "CLIENT_CLASS": "django_redis.client.DefaultClient",
             "SOCKET_CONNECT_TIMEOUT": 1,
             "SOCKET_TIMEOUT": 1,
+            # A cache that is down is a miss, not a 500: purchases go on (Redis-down mode).
+            "IGNORE_EXCEPTIONS": True,
         },
     }
 }
@@ -203,17 +207,23 @@ CELERY_TASK_PUBLISH_RETRY = True
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.1, "interval_max": 0.2}
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 2, "visibility_timeout": 3600}
 CELERY_TIMEZONE = TIME_ZONE
+# One queue name per deployment (or per test run on a shared RabbitMQ).
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".local" / "celerybeat-schedule")
 
 # --- The flash sale ---------------------------------------------------------------
 # Redis for the stock engine (the Lua scripts); defaults to REDIS_URL.
 SECKILL_REDIS_URL = env("SECKILL_REDIS_URL", default=REDIS_URL)
+# true: SECKILL_REDIS_URL names a node of a Redis Cluster and redis-py's cluster client is used.
+SECKILL_REDIS_CLUSTER = env.bool("SECKILL_REDIS_CLUSTER", default=False)
 # Seconds a reservation may wait for its order before the replay task creates it.
 SECKILL_REPLAY_GRACE = env.int("SECKILL_REPLAY_GRACE", default=30)
 # Replay attempts before the stock is returned and an anomaly opened.
 SECKILL_REPLAY_MAX_ATTEMPTS = env.int("SECKILL_REPLAY_MAX_ATTEMPTS", default=5)
 # How often beat runs the replay (seconds).
 SECKILL_REPLAY_INTERVAL = env.float("SECKILL_REPLAY_INTERVAL", default=10.0)
+# How often beat warms activities about to start and re-warms live ones Redis lost (seconds).
+SECKILL_AUTOWARM_INTERVAL = env.float("SECKILL_AUTOWARM_INTERVAL", default=15.0)
 # Lifetime of a web process's copy of an activity (seconds).
 SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0)
 # Orders created per database transaction by the drain task.
@@ -268,11 +278,30 @@ SECKILL_PUBLISH_DIR = env.path("SECKILL_PUBLISH_DIR", default=BASE_DIR / "publis
 # Empty: payments are refused (503) rather than accepted unsigned.
 PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="")
 
+# Redis circuit breaker: consecutive failures that open it, seconds before one probe.
+SECKILL_BREAKER_FAILURES = env.int("SECKILL_BREAKER_FAILURES", default=3)
+SECKILL_BREAKER_RESET = env.float("SECKILL_BREAKER_RESET", default=5.0)
+# Purchases one web process runs on the database path at once while Redis is away;
+# beyond it the answer is 503 busy. Keep processes x cap well under the pool size.
+SECKILL_FALLBACK_CONCURRENCY = env.int("SECKILL_FALLBACK_CONCURRENCY", default=4)
+
+# Logs: every line carries the request id; DJANGO_LOG_FORMAT=json for one JSON object per line.
+LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "config.request_log.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+        "json": {"()": "config.request_log.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
@@ -285,7 +314,7 @@ LOGGING = {
 CELERY_BEAT_SCHEDULE = {
     "seckill-replay": {"task": "seckill.tasks.reservations_replay_task", "schedule": SECKILL_REPLAY_INTERVAL},
     "seckill-start": {"task": "seckill.tasks.activities_start_task", "schedule": 2.0},
-    "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": 15.0},
+    "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": SECKILL_AUTOWARM_INTERVAL},
     "seckill-close": {"task": "seckill.tasks.activities_close_task", "schedule": 30.0},
     "seckill-reconcile": {"task": "seckill.tasks.reconcile_live_task", "schedule": SECKILL_RECONCILE_INTERVAL},
     "orders-expire-sweep": {

@@ -57,13 +57,21 @@ def _redis_db(url: str, db: int) -> str:
 
 
 REDIS_URL = _redis_db(REDIS_URL, SECKILL_TEST_REDIS_DB)
-SECKILL_REDIS_URL = REDIS_URL
+# A Redis Cluster (tests/cluster) has database 0 only and is named as given.
+SECKILL_REDIS_URL = env("SECKILL_REDIS_URL", default="") if SECKILL_REDIS_CLUSTER else REDIS_URL
 CACHES["default"]["LOCATION"] = REDIS_URL
 _broker = env("CELERY_BROKER_URL", default="")
 # A RabbitMQ broker is used as given; a Redis broker gets its own test database.
 CELERY_BROKER_URL = (
     _broker if _broker.startswith("amqp") else _redis_db(_broker or REDIS_URL, SECKILL_TEST_REDIS_DB + 1)
 )
+if CELERY_BROKER_URL.startswith("amqp"):
+    # A RabbitMQ is shared (by engineers, by CI): this run gets a queue of its own,
+    # which the processes it starts inherit through the environment.
+    import uuid
+
+    os.environ.setdefault("CELERY_TASK_DEFAULT_QUEUE", f"seckill-test-{uuid.uuid4().hex[:12]}")
+    CELERY_TASK_DEFAULT_QUEUE = os.environ["CELERY_TASK_DEFAULT_QUEUE"]
 _test_db_name = env("SECKILL_TEST_DATABASE_NAME", default="")
 if _test_db_name:
     DATABASES["default"]["NAME"] = _test_db_name

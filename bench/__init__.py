@@ -1,0 +1,1 @@
+"""The benchmark suite (`make bench`): see bench/run.py and docs/BENCHMARKS.md."""

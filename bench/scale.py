@@ -1,0 +1,201 @@
+"""Scale-out figures: the purchase script on a local three-master Redis Cluster (one hot
+key, and eight keys spread over the nodes), and the database path used while Redis is
+down; each Redis node's CPU beside the throughput.
+
+    .venv/bin/python -m bench.scale [--seconds 10] [--procs 4] [--db-threads 4]
+
+Runs by itself: starts the embedded PostgreSQL (or uses DATABASE_URL), migrates, starts a
+three-node Redis Cluster from Debian's redis-server on loopback ports, measures, stops it.
+Load comes from --procs processes calling the Lua script directly (no HTTP), so the
+figures are the stock engine's, not gunicorn's. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def _setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    from config import embedded
+
+    os.environ.update(embedded.ensure_services())
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", "--noinput", verbosity=0)
+
+
+def _node_cpu(ports: list[int]) -> dict[int, float]:
+    import redis
+
+    out = {}
+    for port in ports:
+        info = redis.Redis(port=port).info("cpu")
+        out[port] = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+    return out
+
+
+def _hammer(url: str, activity_ids: list[int], seconds: float, first_user: int, result: mp.Queue) -> None:
+    import random
+
+    import redis
+
+    from seckill.keys import ActivityKeys
+    from seckill.scripts import ScriptCode, run_purchase
+
+    client = redis.RedisCluster.from_url(url)
+    keys = [ActivityKeys(a) for a in activity_ids]
+    done = reserved = 0
+    user = first_user
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        user += 1
+        reply = run_purchase(client, random.choice(keys), user_id=user, quantity=1, limit=1)
+        done += 1
+        reserved += reply.code == ScriptCode.RESERVED
+    result.put((done, reserved))
+
+
+def redis_scenario(cluster, *, name: str, activity_ids: list[int], seconds: float, procs: int) -> dict:
+    import redis
+
+    from seckill.keys import ActivityKeys
+    from seckill.scripts import run_warmup
+
+    client = redis.RedisCluster.from_url(cluster.url)
+    for activity_id in activity_ids:
+        run_warmup(client, ActivityKeys(activity_id), remaining=10**9, loaded=10**9, expected=None)
+    nodes = {client.get_node_from_key(ActivityKeys(a).stock).port for a in activity_ids}
+    ports = [n.port for n in cluster.nodes]
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    workers = [
+        ctx.Process(target=_hammer, args=(cluster.url, activity_ids, seconds, i * 10**8, queue)) for i in range(procs)
+    ]
+    cpu_before, started = _node_cpu(ports), time.perf_counter()
+    for w in workers:
+        w.start()
+    totals = [queue.get() for _ in workers]
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - started
+    cpu_after = _node_cpu(ports)
+    cluster.flush()
+    return {
+        "scenario": name,
+        "keys": len(activity_ids),
+        "nodes_with_keys": len(nodes),
+        "ops_per_s": sum(t[0] for t in totals) / wall,
+        "reserved_per_s": sum(t[1] for t in totals) / wall,
+        "node_cpu_pct": {p: round(100 * (cpu_after[p] - cpu_before[p]) / wall, 1) for p in ports},
+    }
+
+
+def db_scenario(*, seconds: float, threads: int) -> dict:
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.utils import timezone
+
+    from inventory.models import Product
+    from orders.services import order_create_direct
+    from seckill.services import activity_create
+
+    now = timezone.now()
+    product = Product.objects.create(name="bench scale", list_price=Decimal("9.99"))
+    activity = activity_create(
+        title="bench scale db path",
+        product=product,
+        seckill_price=Decimal("0.10"),
+        start_at=now - timedelta(seconds=1),
+        end_at=now + timedelta(hours=1),
+        total_stock=10**6,
+    )
+    User = get_user_model()
+    tag = f"scale{int(time.time())}"
+    User.objects.bulk_create([User(username=f"{tag}-{i}") for i in range(20000)], batch_size=2000)
+    user_ids = list(User.objects.filter(username__startswith=f"{tag}-").values_list("pk", flat=True))
+    lock, counts = threading.Lock(), [0]
+    deadline = time.perf_counter() + seconds
+
+    def run():
+        try:
+            while time.perf_counter() < deadline:
+                with lock:
+                    if not user_ids:
+                        return
+                    user_id = user_ids.pop()
+                order_create_direct(activity_id=activity.pk, user_id=user_id, quantity=1)
+                with lock:
+                    counts[0] += 1
+        finally:
+            connection.close()
+
+    started = time.perf_counter()
+    pool = [threading.Thread(target=run) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    wall = time.perf_counter() - started
+    return {"scenario": f"database path ({threads} threads)", "orders_per_s": counts[0] / wall}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--procs", type=int, default=4)
+    parser.add_argument("--db-threads", type=int, default=4)
+    args = parser.parse_args(argv)
+    _setup_django()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.cluster.conftest import LocalCluster
+
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        cluster = LocalCluster(Path(tmp)).start()
+        try:
+            single = redis_scenario(
+                cluster, name="one hot key (S=1)", activity_ids=[900001], seconds=args.seconds, procs=args.procs
+            )
+            spread = redis_scenario(
+                cluster,
+                name="8 keys over 3 nodes",
+                activity_ids=list(range(900001, 900009)),
+                seconds=args.seconds,
+                procs=args.procs,
+            )
+        finally:
+            cluster.stop()
+    db = db_scenario(seconds=args.seconds, threads=args.db_threads)
+
+    ports = sorted(single["node_cpu_pct"])
+    print(f"\ncores: {os.cpu_count()}, load procs: {args.procs}, {args.seconds:.0f} s per scenario\n")
+    # Calls per CPU-second of Redis: the capacity of one node core, whatever the load generator reached.
+    print(
+        "| scenario | script calls/s | "
+        + " | ".join(f"node {i} CPU %" for i in range(len(ports)))
+        + " | calls per Redis CPU-s |"
+    )
+    print("|---|---:|" + "---:|" * len(ports) + "---:|")
+    for row in (single, spread):
+        cpu = " | ".join(str(row["node_cpu_pct"][p]) for p in ports)
+        per_cpu = row["ops_per_s"] / max(sum(row["node_cpu_pct"].values()) / 100, 1e-9)
+        print(f"| {row['scenario']} | {row['ops_per_s']:.0f} | {cpu} | {per_cpu:.0f} |")
+    print(f"| {db['scenario']} | {db['orders_per_s']:.0f} orders/s | " + " | ".join("-" for _ in ports) + " | - |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,70 @@
+"""RabbitMQ as the broker: the concurrency invariants through real gunicorn and a real
+Celery worker publishing to and consuming from the RabbitMQ on this machine.
+
+Each test gets its own queue (and the direct exchange Celery names after it), created
+by the processes and deleted at the end, so runs sharing one RabbitMQ never consume
+each other's tasks."""
+
+import json
+import os
+import urllib.request
+import uuid
+
+import pytest
+from kombu import Connection, Exchange, Queue
+
+from ..factories import make_activity, make_users
+from ..helpers import start_celery_worker, start_gunicorn, subprocess_env
+from ..seckill.test_purchase_concurrency import _assert_settled, _hammer
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+RABBITMQ_URL = os.environ.get("SECKILL_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+@pytest.fixture
+def rabbit_env():
+    queue = f"seckill-test-{uuid.uuid4().hex[:12]}"
+    yield subprocess_env(CELERY_BROKER_URL=RABBITMQ_URL, CELERY_TASK_DEFAULT_QUEUE=queue)
+    with Connection(RABBITMQ_URL, connect_timeout=5) as conn:
+        channel = conn.channel()
+        Queue(queue, channel=channel).delete()
+        Exchange(queue, channel=channel).delete()
+        channel.close()
+
+
+@pytest.fixture
+def rabbit_stack(rabbit_env, process_logs):
+    worker = start_celery_worker(process_logs, env=rabbit_env)
+    web, base = start_gunicorn(process_logs, workers=2, threads=8, env=rabbit_env)
+    assert "transport:   amqp://guest" in worker.log(), worker.log()[-2000:]
+    yield base, rabbit_env["CELERY_TASK_DEFAULT_QUEUE"]
+    web.stop()
+    worker.stop()
+
+
+def test_1000_shoppers_100_units_with_rabbitmq(rabbit_stack):
+    base, queue = rabbit_stack
+    activity = make_activity(stock=100)
+    users = make_users(1000)
+    statuses = _hammer(base, activity, users, [1] * 1000)
+    assert statuses.count(202) == 100, sorted(set(statuses))
+    assert statuses.count(410) == 900
+    _assert_settled(activity, 100)
+
+    with urllib.request.urlopen(f"{base}/healthz", timeout=30) as response:
+        assert json.loads(response.read())["broker"]["status"] == "ok"
+    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:
+        assert f'seckill_queue_depth{{queue="{queue}"}} 0.0' in response.read().decode()
+
+
+def test_mixed_quantities_with_rabbitmq(rabbit_stack):
+    import random
+
+    base, _ = rabbit_stack
+    activity = make_activity(stock=100, per_user_limit=3)
+    users = make_users(300)
+    rng = random.Random(7)
+    statuses = _hammer(base, activity, users, [rng.randint(1, 3) for _ in users])
+    assert set(statuses) <= {202, 410}, sorted(set(statuses))
+    _assert_settled(activity, 100)

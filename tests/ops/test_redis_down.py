@@ -1,0 +1,135 @@
+"""Redis away: the circuit breaker, the database path behind its cap, and the
+re-synchronisation before the breaker closes. Redis is made really unreachable
+(settings point at a port nothing listens on, or a proxy that is cut), never mocked."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection
+from django.db.models import Count, Sum
+
+from inventory.models import SeckillStock, StockMovement
+from orders.models import Order
+from orders.services import DB_PATH_PREFIX
+from seckill.breaker import CircuitBreaker, redis_breaker
+from seckill.errors import ApiError
+from seckill.reconciliation import reconcile
+from seckill.redis_client import reset_stock_redis
+from seckill.selectors import activity_snapshot, redis_remaining
+from seckill.services import purchase_reserve
+
+from ..factories import make_activity, make_users
+from ..helpers import free_port, wait_until
+
+
+def test_breaker_opens_after_consecutive_failures_and_lets_one_probe_through():
+    breaker = CircuitBreaker(failure_threshold=2, reset_timeout=0.2)
+    assert breaker.allow() == "closed"
+    breaker.record_failure()
+    assert breaker.state == "closed"
+    breaker.record_failure()
+    assert breaker.state == "open" and breaker.allow() is None
+    assert wait_until(lambda: breaker.allow() == "probe", timeout=10)
+    assert breaker.state == "half_open"
+    assert breaker.allow() is None, "only one probe at a time"
+    breaker.record_failure()  # the probe failed: open again, for a full reset time
+    assert breaker.state == "open" and breaker.allow() is None
+    assert wait_until(lambda: breaker.allow() == "probe", timeout=10)
+    breaker.record_success()
+    assert breaker.state == "closed" and breaker.allow() == "closed"
+
+
+def _reserve(activity_id: int, user_id: int, quantity: int = 1):
+    try:
+        return purchase_reserve(activity=activity_snapshot(activity_id), user_id=user_id, quantity=quantity)
+    except ApiError as exc:
+        return exc.code
+    finally:
+        if threading.current_thread() is not threading.main_thread():
+            connection.close()  # each pool thread has its own connection
+
+
+@pytest.fixture
+def redis_unreachable(settings):
+    def cut():
+        settings.SECKILL_REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+        reset_stock_redis()
+
+    def restore(url=settings.SECKILL_REDIS_URL):
+        settings.SECKILL_REDIS_URL = url
+        reset_stock_redis()
+
+    yield cut, restore
+    reset_stock_redis()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_database_path_sells_exactly_the_stock_less_safety_under_threads(redis_unreachable, settings):
+    settings.SECKILL_FALLBACK_CONCURRENCY = 3
+    settings.SECKILL_BREAKER_RESET = 3600  # stays open for the whole test
+    cut, _ = redis_unreachable
+    activity = make_activity(stock=25, safety_stock=5)
+    users = make_users(60)
+    cut()
+
+    def buy_until_answered(user):
+        while (answer := _reserve(activity.pk, user.pk)) == "busy":
+            pass  # the cap said busy: a shopper clicks again
+        return answer
+
+    busy_seen = threading.Event()
+
+    def first_try(user):
+        answer = _reserve(activity.pk, user.pk)
+        if answer == "busy":
+            busy_seen.set()
+        return answer
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        first = list(pool.map(first_try, users))
+        answers = list(pool.map(buy_until_answered, users))
+    assert busy_seen.is_set(), "20 threads against a cap of 3 never met the cap"
+    assert {type(a).__name__ if not isinstance(a, str) else a for a in first} <= {"Reserved", "busy", "sold_out"}
+    sold = Order.objects.filter(activity=activity)
+    assert sold.aggregate(u=Sum("quantity"))["u"] == 20, "the safety stock (5 of 25) is never sold by the database"
+    assert all(o.reservation_id.startswith(DB_PATH_PREFIX) for o in sold)
+    assert not sold.values("user").annotate(n=Count("id")).filter(n__gt=1).exists()
+    assert SeckillStock.objects.get(activity=activity).available == 5
+    assert StockMovement.objects.filter(activity=activity, kind="deduct").aggregate(u=Sum("quantity"))["u"] == 20
+    for before, after in zip(first, answers, strict=True):
+        if not isinstance(before, str):
+            assert after == "duplicate", "a buyer of round one bought again"
+    assert sum(1 for a in first + answers if not isinstance(a, str)) == 20
+    assert redis_breaker().state == "open"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stock_is_resynchronised_before_the_breaker_closes(redis_unreachable, settings):
+    settings.SECKILL_BREAKER_FAILURES = 1
+    settings.SECKILL_BREAKER_RESET = 0.2
+    cut, restore = redis_unreachable
+    activity = make_activity(stock=10)
+    users = make_users(12)
+    assert type(_reserve(activity.pk, users[0].pk)).__name__ == "Reserved"  # through Redis
+    wait_until(lambda: reconcile(activity_id=activity.pk)["reserved_not_ordered"] == 1, timeout=10)
+
+    cut()
+    for user in users[1:4]:
+        assert type(_reserve(activity.pk, user.pk)).__name__ == "Reserved"  # database path
+    assert redis_breaker().state == "open"
+    assert _reserve(activity.pk, users[1].pk) == "duplicate"
+
+    restore()
+    # Redis kept its stock through the outage: 9, though the database sold 3 more.
+    assert redis_remaining(activity.pk) == 9
+    wait_until(lambda: redis_breaker().probe_due, timeout=10, what="the reset time")
+    reserved = _reserve(activity.pk, users[4].pk)  # the probe
+    assert type(reserved).__name__ == "Reserved"
+    assert redis_breaker().state == "closed"
+    # Re-derived: 10 - 3 sold by the database - 1 reserved (log) - 1 this purchase.
+    assert reserved.remaining == 5 and redis_remaining(activity.pk) == 5
+    for user in users[1:4]:
+        assert _reserve(activity.pk, user.pk) == "duplicate", "database-path buyers restored as participants"
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"], report
