@@ -290,7 +290,10 @@ LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "config.request_log.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "config.request_log.RequestIdFilter"},
+        "quiet_purchase_refusals": {"()": "seckill.log_filters.QuietPurchaseRefusals"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
         "json": {"()": "config.request_log.JsonFormatter"},
@@ -305,9 +308,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
-        # Every 4xx is an expected answer (a flash sale refuses most requests): a log line
-        # for each would cost more than the refusal. 5xx are still logged.
-        "django.request": {"level": "ERROR"},
+        # A purchase refused with a 4xx is an expected answer (a flash sale refuses most):
+        # a log line each would cost more than the refusal. Other 4xx and all 5xx are logged.
+        "django.request": {"filters": ["quiet_purchase_refusals"]},
     },
 }
 

@@ -90,3 +90,25 @@ def test_repeated_wrong_passwords_lock_the_login_out(client, login_path):
         response = client.post(login_path, {"username": "target", "password": "right-horse-battery"})
         assert response.status_code == 429
         assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.django_db
+def test_refused_purchases_are_not_logged_one_line_each_but_other_4xx_are(caplog):
+    from rest_framework.test import APIClient
+
+    from seckill.services import activity_token_ensure
+
+    from ..factories import make_activity, make_users
+
+    activity = make_activity(stock=1)
+    (user,) = make_users(1)
+    client = APIClient()
+    client.force_authenticate(user)
+    with caplog.at_level("WARNING", logger="django.request"):
+        refused = client.post(f"/api/activities/{activity.pk}/purchase", {"token": "wrong"}, format="json")
+        missing = client.get("/api/activities/999999/")
+    assert (refused.status_code, missing.status_code) == (403, 404)
+    logged = [r.getMessage() for r in caplog.records if r.name == "django.request"]
+    assert not any("/purchase" in line for line in logged), logged
+    assert any("999999" in line for line in logged), logged
+    assert activity_token_ensure(activity_id=activity.pk)
