@@ -77,3 +77,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.metrics, name="metrics"),
 ]
+
+if settings.SECKILL_BENCH_VIEWS:
+    # Bench-only endpoints (the database-direct purchase for contrast); off unless asked for.
+    urlpatterns.append(path("bench/", include("bench.urls")))

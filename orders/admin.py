@@ -8,6 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
+from inventory.admin import ReadOnlyAdmin
 from seckill.models import Activity
 
 from .charts import activity_charts
@@ -17,7 +18,11 @@ from .services import AnomalyActionError, anomaly_order_recreate, anomaly_resolv
 
 
 @admin.register(Order)
-class OrderAdmin(admin.ModelAdmin):
+class OrderAdmin(ReadOnlyAdmin):
+    """View only: a saved change form would write the whole row back, and could undo a
+    payment or a cancel that happened while the page was open. Orders change through
+    the services (pay, cancel, the anomaly actions)."""
+
     list_display = [
         "order_no",
         "activity",
@@ -33,12 +38,6 @@ class OrderAdmin(admin.ModelAdmin):
     search_fields = ["order_no", "user__username", "reservation_id"]
     list_select_related = ["activity", "user"]
     readonly_fields = [f.name for f in Order._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 def _table(rows) -> str:
@@ -167,7 +166,7 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
 
 
 @admin.register(ReconciliationReport)
-class ReconciliationReportAdmin(admin.ModelAdmin):
+class ReconciliationReportAdmin(ReadOnlyAdmin):
     """Every reconciliation run, read-only; plus the report page of an activity."""
 
     list_display = ["created_at", "activity", "identity_ok", "final", "actions_taken", "anomalies_opened", "page"]
@@ -176,15 +175,6 @@ class ReconciliationReportAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = ["activity", "created_at", "identity_ok", "final", "actions_taken", "anomalies_opened", "report_pretty"]
     readonly_fields = fields
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="report")
     def report_pretty(self, obj):

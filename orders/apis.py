@@ -1,4 +1,3 @@
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.response import Response
@@ -7,8 +6,16 @@ from rest_framework.views import APIView
 from seckill.errors import ApiError
 
 from .models import Order
+from .selectors import order_of_shopper
 from .serializers import OrderSerializer
 from .services import OrderNotCancellable, OrderNotPayable, order_cancel, order_pay
+
+
+def own_order_or_404(request, order_no: str) -> Order:
+    order = order_of_shopper(order_no=order_no, user_id=request.user.pk)
+    if order is None:
+        raise ApiError(404, "not_found", "No such order.")
+    return order
 
 
 class OrderListApi(ListAPIView):
@@ -24,8 +31,11 @@ class OrderDetailApi(RetrieveAPIView):
     lookup_field = "order_no"
 
     def get_queryset(self):
-        # Someone else's order is simply not found.
         return Order.objects.filter(user_id=self.request.user.pk)
+
+    def get_object(self):
+        # Someone else's order is simply not found.
+        return own_order_or_404(self.request, self.kwargs["order_no"])
 
 
 class OrderPayApi(APIView):
@@ -33,7 +43,7 @@ class OrderPayApi(APIView):
 
     @extend_schema(request=None, responses={200: None, 404: None, 409: None})
     def post(self, request, order_no: str):
-        order = get_object_or_404(Order, order_no=order_no, user_id=request.user.pk)
+        order = own_order_or_404(request, order_no)
         try:
             order = order_pay(order=order)
         except OrderNotPayable as exc:
@@ -44,7 +54,7 @@ class OrderPayApi(APIView):
 class OrderCancelApi(APIView):
     @extend_schema(request=None, responses={200: None, 404: None, 409: None})
     def post(self, request, order_no: str):
-        order = get_object_or_404(Order, order_no=order_no, user_id=request.user.pk)
+        order = own_order_or_404(request, order_no)
         try:
             order = order_cancel(order=order, reason="shopper")
         except OrderNotCancellable as exc:

@@ -1,4 +1,5 @@
-"""Reads for staff: the evidence behind an anomaly, and the figures of an activity's report."""
+"""Reads: a shopper's own order; for staff, the evidence behind an anomaly and the figures
+of an activity's report."""
 
 from datetime import timedelta
 
@@ -12,6 +13,15 @@ from seckill.redis_client import stock_redis
 from seckill.scripts import LogEntry, parse_log_entry
 
 from .models import AnomalyOrder, Order, ReconciliationReport
+
+
+def order_of_shopper(*, order_no: str, user_id: int) -> Order | None:
+    """The shopper's order of that number; None for someone else's and for a number no
+    order can have (from a URL: a NUL byte, which PostgreSQL text cannot hold, would
+    otherwise fail the query with a 500)."""
+    if "\x00" in order_no or len(order_no) > Order._meta.get_field("order_no").max_length:
+        return None
+    return Order.objects.filter(order_no=order_no, user_id=user_id).first()
 
 
 def reservation_entry(*, activity_id: int, reservation_id: str) -> LogEntry | None:

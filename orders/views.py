@@ -5,8 +5,8 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import Http404, JsonResponse
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 
 from .models import Order
 from .payments import PaymentError, callback_build, checkout_start, checkout_verify, payment_capture
+from .selectors import order_of_shopper
 from .services import OrderNotCancellable, order_cancel
 
 
@@ -26,11 +27,18 @@ def my_orders(request):
     return render(request, "orders/my_orders.html", {"orders": orders, "now": timezone.now()})
 
 
+def _own_order(request, order_no: str) -> Order:
+    order = order_of_shopper(order_no=order_no, user_id=request.user.pk)
+    if order is None:
+        raise Http404("No such order.")
+    return order
+
+
 @require_POST
 @login_required
 def order_pay_start(request, order_no: str):
     """Send the shopper to the gateway with a signed checkout request."""
-    order = get_object_or_404(Order, order_no=order_no, user=request.user)
+    order = _own_order(request, order_no)
     try:
         checkout = checkout_start(order=order)
     except PaymentError as exc:
@@ -42,7 +50,7 @@ def order_pay_start(request, order_no: str):
 @require_POST
 @login_required
 def order_cancel_view(request, order_no: str):
-    order = get_object_or_404(Order, order_no=order_no, user=request.user)
+    order = _own_order(request, order_no)
     try:
         order_cancel(order=order, reason="shopper")
     except OrderNotCancellable:

@@ -86,6 +86,8 @@ def activities_close_task() -> None:
             activity_close(activity_id=activity_id)
         except (WarmupError, redis.RedisError) as exc:
             logger.error("closing activity %s failed, will retry: %s", activity_id, exc)
+        except Exception:  # one activity's failure must not keep the others open
+            logger.exception("seckill.close.failed activity=%s; the next run retries", activity_id)
 
 
 @shared_task(bind=True, max_retries=10, default_retry_delay=3)
@@ -106,6 +108,9 @@ def reconcile_live_task() -> dict:
             report = reconcile(activity_id=activity_id)
         except (RuntimeError, redis.RedisError) as exc:
             logger.error("reconciliation of activity %s failed, next run retries: %s", activity_id, exc)
+            continue
+        except Exception:  # one activity's failure must not stop the others' checks
+            logger.exception("seckill.reconcile.failed activity=%s; the next run retries", activity_id)
             continue
         results[activity_id] = report["identity_ok"]
     return results

@@ -79,6 +79,15 @@ def no_redis_inside_transactions(request, monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(redis.Redis, "execute_command", guarded)
+    # A pipeline sends its commands without Redis.execute_command: guard it as well.
+    original_execute = redis.client.Pipeline.execute
+
+    def guarded_execute(self, *args, **kwargs):
+        if len(connection.atomic_blocks) > baseline:
+            raise AssertionError("Redis pipeline executed inside a database transaction")
+        return original_execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", guarded_execute)
     yield
 
 

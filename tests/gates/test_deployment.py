@@ -101,14 +101,16 @@ def test_refused_purchases_are_not_logged_one_line_each_but_other_4xx_are(caplog
     from ..factories import make_activity, make_users
 
     activity = make_activity(stock=1)
-    (user,) = make_users(1)
+    buyer, late = make_users(2)
+    token = activity_token_ensure(activity_id=activity.pk)
     client = APIClient()
-    client.force_authenticate(user)
+    client.force_authenticate(buyer)
+    assert client.post(f"/api/activities/{activity.pk}/purchase", {"token": token}, format="json").status_code == 202
+    client.force_authenticate(late)
     with caplog.at_level("WARNING", logger="django.request"):
-        refused = client.post(f"/api/activities/{activity.pk}/purchase", {"token": "wrong"}, format="json")
+        refused = client.post(f"/api/activities/{activity.pk}/purchase", {"token": token}, format="json")
         missing = client.get("/api/activities/999999/")
-    assert (refused.status_code, missing.status_code) == (403, 404)
+    assert (refused.status_code, missing.status_code) == (410, 404)
     logged = [r.getMessage() for r in caplog.records if r.name == "django.request"]
     assert not any("/purchase" in line for line in logged), logged
     assert any("999999" in line for line in logged), logged
-    assert activity_token_ensure(activity_id=activity.pk)

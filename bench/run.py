@@ -1,0 +1,162 @@
+"""`make bench`: bring the system up with production settings, run every scenario,
+check the invariants after each, and write docs/BENCHMARKS.md with a plot.
+
+    make bench                                   # the full run (~6 minutes)
+    make bench BENCH_ARGS="--seconds 5 --connections 50"   # quicker
+    make bench BENCH_ARGS="--only ping,purchase --no-report"
+
+Everything runs on this machine, load generator included; the figures that matter
+are ratios measured side by side in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SCENARIOS = ("ping", "purchase", "soldout", "naive", "drain", "flood", "engine")
+
+
+def say(message: str) -> None:
+    sys.stderr.write(("\r" if sys.stderr.isatty() else "") + f"[bench] {message}\n")
+    sys.stderr.flush()
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10, help="length of each wrk run (default 10)")
+    parser.add_argument("--connections", default="50,200", help="comma-separated wrk connection counts")
+    parser.add_argument("--only", default=",".join(SCENARIOS), help=f"scenarios to run, from {','.join(SCENARIOS)}")
+    parser.add_argument("--shoppers", type=int, default=30_000, help="distinct shoppers with API tokens")
+    parser.add_argument(
+        "--soldout-shoppers", type=int, default=2_000, help="shoppers who keep retrying after the sell-out"
+    )
+    parser.add_argument("--drain-reservations", type=int, default=10_000)
+    parser.add_argument(
+        "--drain-single-deadline", type=float, default=60, help="seconds the one-task-per-order drain may take"
+    )
+    parser.add_argument("--flood-stock", type=int, default=1_000)
+    parser.add_argument("--engine-processes", type=int, default=4)
+    parser.add_argument("--engine-seconds", type=float, default=5)
+    parser.add_argument("--celery-concurrency", type=int, default=2)
+    parser.add_argument("--port", type=int, default=0, help="gunicorn port (default: a free one)")
+    parser.add_argument("--out", default=str(BASE_DIR / "docs" / "BENCHMARKS.md"))
+    parser.add_argument("--json", default=str(BASE_DIR / "bench" / "results" / "latest.json"))
+    parser.add_argument("--no-report", action="store_true", help="print the table only; leave docs/ alone")
+    parser.add_argument("--label", default="", help="a note for this run (e.g. 'before: DRF defaults')")
+    return parser.parse_args(argv)
+
+
+def machine_facts() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = Path("/proc/meminfo").read_text().split("\n", 1)[0].split(":", 1)[1].strip()
+    wrk = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "wrk": (wrk.stdout or wrk.stderr).splitlines()[0] if (wrk.stdout or wrk.stderr) else "?",
+        "uptime_before": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+    }
+
+
+def ensure_wrk() -> None:
+    if subprocess.run(["which", "wrk"], capture_output=True).returncode == 0:
+        return
+    say("wrk is missing: installing Debian's wrk (apt-get install -y wrk)…")
+    if subprocess.run(["apt-get", "install", "-y", "wrk"], capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update"], capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "wrk"], check=True, capture_output=True)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(only) - set(SCENARIOS)
+    if unknown:
+        print(f"unknown scenario(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    connections = [int(c) for c in args.connections.split(",")]
+    ensure_wrk()
+
+    from . import stack
+
+    say("starting the embedded servers (if needed) and a fresh bench database…")
+    uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    env, started_servers = stack.bench_environment()
+    os.environ.update(env)
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+    children: list = []
+    try:
+        stack.manage(env, "migrate", "--noinput", "-v", "0")
+        import django
+
+        django.setup()
+        from .scenarios import Bench
+
+        port = args.port or _free_port()
+        web = stack.gunicorn_start(env, log_dir, port)
+        children.append(web)
+        worker = stack.worker_start(env, log_dir, args.celery_concurrency)
+        children.append(worker)
+        say(f"up: gunicorn on 127.0.0.1:{port} ({len(web.pids()) - 1} workers), celery worker; logs in {log_dir}")
+        bench = Bench(args=args, base=f"http://127.0.0.1:{port}", web=web, worker=worker, work_dir=log_dir)
+        results = bench.run(only=only, connections=connections)
+        facts = machine_facts()
+        facts["uptime_before"] = uptime_before
+        facts["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        facts["gunicorn"] = {
+            k: env.get(k, "")
+            for k in ("WEB_CONCURRENCY", "GUNICORN_WORKER_CLASS", "GUNICORN_THREADS", "GUNICORN_PRELOAD")
+        }
+        facts["gunicorn_workers"] = len(web.pids()) - 1
+        payload = {
+            "command": "make bench" + (f" BENCH_ARGS={shlex.quote(' '.join(argv))}" if argv else ""),
+            "label": args.label,
+            "machine": facts,
+            "results": results,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(payload, indent=2, default=str))
+        from .report import report_print, report_write
+
+        report_print(payload)
+        if not args.no_report:
+            report_write(payload, Path(args.out))
+            say(f"wrote {args.out}")
+        return 0 if not bench.failures else 1
+    finally:
+        for child in reversed(children):
+            child.stop()
+        stopped = stack.embedded.stop_services(started_servers)
+        if stopped:
+            say(f"stopped the embedded {', '.join(stopped)} this run started")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,405 @@
+"""The scenarios of issue 7, each followed by the invariant checker."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from django.db.models import Max, Sum
+
+from orders.models import Order
+from seckill.keys import ActivityKeys
+from seckill.redis_client import stock_redis
+from seckill.scripts import ScriptCode, run_purchase
+
+from .data import activity_new, shoppers_create
+from .engine import engine_run
+from .invariants import invariants_check
+from .stack import cpu_seconds, store_pids
+from .wrkrun import WrkResult, wrk_run
+
+BIG_STOCK = 10_000_000  # "while stock lasts": never runs out during a run
+
+
+def say(message: str) -> None:
+    sys.stderr.write(("\r" if sys.stderr.isatty() else "") + f"[bench] {message}\n")
+    sys.stderr.flush()
+
+
+class Bench:
+    def __init__(self, *, args, base: str, web, worker, work_dir: Path):
+        self.args, self.base, self.web, self.worker, self.work_dir = args, base, web, worker, work_dir
+        self.rows: list[dict] = []
+        self.failures: list[str] = []
+        self.tokens_file = work_dir / "tokens.txt"
+        self.soldout_tokens = work_dir / "tokens-soldout.txt"
+        self.user_ids: list[int] = []
+
+    # --- helpers -------------------------------------------------------------------
+
+    def shoppers(self) -> None:
+        if self.user_ids:
+            return
+        started = time.monotonic()
+        self.user_ids = shoppers_create(self.args.shoppers, self.tokens_file)
+        lines = self.tokens_file.read_text().splitlines()[: self.args.soldout_shoppers]
+        self.soldout_tokens.write_text("".join(f"{t}\n" for t in lines))
+        say(f"{len(self.user_ids)} shoppers with API tokens ready in {time.monotonic() - started:.1f} s")
+
+    def system_cpu(self) -> float:
+        """CPU seconds so far of everything that serves a purchase: gunicorn, Celery,
+        and the embedded PostgreSQL and Redis (when embedded)."""
+        return cpu_seconds(self.web.pids() + self.worker.pids() + store_pids())
+
+    def wrk(self, label: str, **kwargs) -> WrkResult:
+        return wrk_run(base=self.base, seconds=self.args.seconds, label=label, server_pids=self.web.pids(), **kwargs)
+
+    def orders_drained(self, activity_id: int, *, deadline_s: float = 600) -> float:
+        """Wait until the reservation log is empty (every reservation has its order)."""
+        started = time.monotonic()
+        log = ActivityKeys(activity_id).log
+        client = stock_redis()
+        while client.xlen(log):
+            if time.monotonic() - started > deadline_s:
+                raise AssertionError(f"activity {activity_id}: {client.xlen(log)} reservations still without orders")
+            time.sleep(0.2)
+        return time.monotonic() - started
+
+    def row(self, scenario: str, connections: int | None, result: WrkResult | None, **extra) -> dict:
+        row = {"scenario": scenario, "connections": connections}
+        if result is not None:
+            row.update(
+                {
+                    "rps": round(result.rps, 1),
+                    "p50_ms": result.latency_us["p50"] / 1000,
+                    "p99_ms": result.latency_us["p99"] / 1000,
+                    "requests": result.requests,
+                    "statuses": result.statuses,
+                    "errors_5xx": result.count("5"),
+                    "socket_errors": result.socket_errors,
+                    "timeouts": result.errors["timeout"],
+                    "wrk_cpu": round(result.wrk_cpu, 2),
+                    "server_cpu": round(result.server_cpu, 2),
+                    # CPU per answer is far steadier than RPS on a shared machine.
+                    "web_cpu_ms_per_req": round(1000 * result.server_cpu * result.extra["wall"] / result.requests, 3),
+                }
+            )
+        row.update(extra)
+        self.rows.append(row)
+        shown = {k: v for k, v in row.items() if k not in ("statuses",)}
+        say(f"{scenario} c={connections}: {json.dumps(shown, default=str)}")
+        return row
+
+    def settled(self, activity_id: int, *, deadline_s: float = 120) -> None:
+        """Wait until nothing moves: wrk stops sending at its deadline, but the server
+        still answers what sits in its queue, and a check mid-commit would read a torn state."""
+        from inventory.models import SeckillStock
+
+        def state():
+            return (
+                Order.objects.filter(activity_id=activity_id).count(),
+                SeckillStock.objects.filter(activity_id=activity_id).values_list("available", flat=True).first(),
+                stock_redis().xlen(ActivityKeys(activity_id).log),
+                stock_redis().get(ActivityKeys(activity_id).stock),
+            )
+
+        started = time.monotonic()
+        last = state()
+        while time.monotonic() - started < deadline_s:
+            time.sleep(1.0)
+            now = state()
+            if now == last:
+                return
+            last = now
+        raise AssertionError(f"activity {activity_id} still moving after {deadline_s} s")
+
+    def checked(self, activity_id: int, *, redis_path: bool = True) -> dict:
+        self.settled(activity_id)
+        report = invariants_check(activity_id=activity_id, redis_path=redis_path)  # raises when broken
+        return {
+            "oversell": 0,
+            "invariants": "ok",
+            "sold_units": report["live_order_units"] + report["reserved_not_ordered"],
+        }
+
+    def purchase_body(self, activity) -> str:
+        return json.dumps({"token": activity.purchase_token, "quantity": 1})
+
+    # --- scenarios -----------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Every worker imports what the purchase path imports lazily and opens its
+        connections before anything is measured. Shoppers from the end of the list, so
+        the measured runs do not find their tokens already cached."""
+        activity = activity_new(title="bench warm-up", stock=BIG_STOCK)
+        tokens = self.work_dir / "tokens-warmup.txt"
+        tokens.write_text("".join(f"{t}\n" for t in self.tokens_file.read_text().splitlines()[-500:]))
+        wrk_run(base=self.base, method="GET", path="/api/ping", connections=20, seconds=2, label="warm-up")
+        wrk_run(
+            base=self.base,
+            method="POST",
+            path=f"/api/activities/{activity.pk}/purchase",
+            connections=20,
+            seconds=2,
+            tokens_file=tokens,
+            body=self.purchase_body(activity),
+            label="warm-up",
+        )
+        self.orders_drained(activity.pk)
+
+    def run(self, *, only: list[str], connections: list[int]) -> list[dict]:
+        self.shoppers()
+        self.warm_up()
+        for c in connections:
+            if "ping" in only:
+                self.ping(c, "ping")
+            if "purchase" in only:
+                self.purchase(c)
+            if "soldout" in only:
+                self.soldout(c)
+            if "naive" in only:
+                self.naive(c)
+            if "ping" in only:
+                self.ping(c, "ping (again)")
+        if "flood" in only:
+            self.flood()
+        if "drain" in only:
+            self.drain()
+        if "engine" in only:
+            self.engine()
+        self.rows.append(
+            {
+                "scenario": "sharded stock",
+                "connections": None,
+                "gap": "not measured here: the purchase path has no sharded mode on main (Activity.shards is stored,"
+                " purchase_reserve uses one key); python -m bench.scale measures the Lua script on a local"
+                " Redis Cluster, one hot key vs eight keys",
+            }
+        )
+        return self.rows
+
+    def ping(self, c: int, name: str) -> None:
+        result = self.wrk(f"{name} c={c}", method="GET", path="/api/ping", connections=c)
+        self.row(name, c, result, oversell=0, invariants="n/a (no stock)")
+
+    def purchase(self, c: int) -> None:
+        activity = activity_new(title=f"bench purchase c={c}", stock=BIG_STOCK)
+        cpu_before = self.system_cpu()
+        result = self.wrk(
+            f"purchase while stock lasts c={c}",
+            method="POST",
+            path=f"/api/activities/{activity.pk}/purchase",
+            connections=c,
+            tokens_file=self.tokens_file,
+            body=self.purchase_body(activity),
+        )
+        drain = self.orders_drained(activity.pk)
+        system_ms = 1000 * (self.system_cpu() - cpu_before) / result.requests
+        self.row(
+            "purchase (stock lasts)",
+            c,
+            result,
+            orders_drained_s=round(drain, 1),
+            system_cpu_ms_per_req=round(system_ms, 3),
+            **self.checked(activity.pk),
+        )
+
+    def soldout(self, c: int) -> None:
+        activity = activity_new(title=f"bench sold out c={c}", stock=100)
+        # Sell it out first, through the same endpoint, then measure the rejections.
+        body = self.purchase_body(activity)
+        path = f"/api/activities/{activity.pk}/purchase"
+        self.orders_drained(activity.pk)
+        # wrk drops the answers in flight when its time is up, so Redis says when it is over.
+        stock_key = ActivityKeys(activity.pk).stock
+        for _ in range(10):
+            wrk_run(
+                base=self.base,
+                method="POST",
+                path=path,
+                connections=c,
+                seconds=2,
+                tokens_file=self.tokens_file,
+                body=body,
+                label=f"selling out c={c}",
+            )
+            if stock_redis().get(stock_key) == b"0":
+                break
+        else:
+            raise AssertionError(f"activity {activity.pk} did not sell out")
+        result = self.wrk(
+            f"purchase after sold out c={c}",
+            method="POST",
+            path=path,
+            connections=c,
+            tokens_file=self.soldout_tokens,
+            body=body,
+        )
+        self.orders_drained(activity.pk)
+        self.row("purchase (sold out)", c, result, **self.checked(activity.pk))
+
+    def naive(self, c: int) -> None:
+        activity = activity_new(title=f"bench db-direct c={c}", stock=BIG_STOCK, warm=False)
+        cpu_before = self.system_cpu()
+        result = self.wrk(
+            f"database-direct purchase c={c}",
+            method="POST",
+            path=f"/bench/activities/{activity.pk}/purchase-db",
+            connections=c,
+            tokens_file=self.tokens_file,
+            body=self.purchase_body(activity),
+        )
+        system_ms = 1000 * (self.system_cpu() - cpu_before) / result.requests
+        self.row(
+            "database-direct purchase",
+            c,
+            result,
+            system_cpu_ms_per_req=round(system_ms, 3),
+            **self.checked(activity.pk, redis_path=False),
+        )
+
+    def flood(self) -> None:
+        stock = self.args.flood_stock
+        shoppers = min(10 * stock, len(self.user_ids))
+        activity = activity_new(title="bench flood", stock=stock)
+        tokens = self.work_dir / "tokens-flood.txt"
+        tokens.write_text("".join(f"{t}\n" for t in self.tokens_file.read_text().splitlines()[:shoppers]))
+        t0 = time.time()
+        result = wrk_run(
+            base=self.base,
+            method="POST",
+            path=f"/api/activities/{activity.pk}/purchase",
+            connections=200,
+            seconds=300,  # a bound; the script stops once every shopper has an answer
+            tokens_file=tokens,
+            body=self.purchase_body(activity),
+            once=True,
+            label=f"flood: {shoppers} shoppers for {stock} units",
+            server_pids=self.web.pids(),
+        )
+        t_answers = t0 + result.extra["wall"]
+        self.orders_drained(activity.pk, deadline_s=300)
+        orders = Order.objects.filter(activity_id=activity.pk)
+        last_order = orders.aggregate(last=Max("created_at"))["last"]
+        units = orders.aggregate(u=Sum("quantity"))["u"] or 0
+        # A reservation id is the Redis time (ms) of the successful purchase answer.
+        last_sale_ms = max(int(rid.split("-", 1)[0]) for rid in orders.values_list("reservation_id", flat=True))
+        checked = self.checked(activity.pk)
+        answered = result.requests - result.count("200")  # the rest were fill-in pings
+        sold_all = units == stock and stock_redis().get(ActivityKeys(activity.pk).stock) == b"0"
+        if not sold_all:
+            raise AssertionError(f"flood: {units} of {stock} units in orders")
+        self.row(
+            "flood (10x stock, c=200)",
+            200,
+            None,
+            shoppers=shoppers,
+            stock=stock,
+            answered=answered,
+            queued_202=result.count("202"),
+            sold_out_410=result.count("410"),
+            errors_5xx=result.count("5"),
+            socket_errors=result.socket_errors,
+            socket_error_kinds={k: v for k, v in result.errors.items() if v and k != "status"},
+            p99_ms=result.latency_us["p99"] / 1000,
+            last_answer_s=round(t_answers - t0, 2),
+            first_request_to_last_sale_s=round(last_sale_ms / 1000 - t0, 2),
+            first_request_to_last_order_s=round(last_order.timestamp() - t0, 2),
+            last_sale_to_last_order_s=round(last_order.timestamp() - last_sale_ms / 1000, 2),
+            every_unit_sold=sold_all,
+            **checked,
+        )
+
+    def _reservations(self, activity, n: int) -> float:
+        client, keys = stock_redis(), ActivityKeys(activity.pk)
+        started = time.monotonic()
+        for user_id in self.user_ids[:n]:
+            reply = run_purchase(client, keys, user_id=user_id, quantity=1, limit=1)
+            if reply.code != ScriptCode.RESERVED:
+                raise AssertionError(f"reservation for {user_id} failed: {reply}")
+        return time.monotonic() - started
+
+    def drain(self) -> None:
+        from orders.tasks import order_create_task
+        from seckill.reservations import reservations_pending
+        from seckill.services import reservations_drain
+
+        n = min(self.args.drain_reservations, len(self.user_ids))
+        # Single: one Celery task per reservation, as the purchase path enqueues them.
+        activity = activity_new(title="bench drain single", stock=n)
+        self._reservations(activity, n)
+        entries = reservations_pending(activity_id=activity.pk, count=n)
+        before = cpu_seconds(self.worker.pids())
+        started = time.monotonic()
+        for e in entries:
+            order_create_task.apply_async(args=[activity.pk, e.reservation_id, e.user_id, e.quantity, e.shard])
+        enqueued = time.monotonic() - started
+        deadline = self.args.drain_single_deadline
+        log, client = ActivityKeys(activity.pk).log, stock_redis()
+        while client.xlen(log) and time.monotonic() - started < deadline:
+            time.sleep(0.2)
+        seconds = time.monotonic() - started
+        done = Order.objects.filter(activity_id=activity.pk).count()
+        worker_cpu = (cpu_seconds(self.worker.pids()) - before) / seconds
+        if done < n:
+            # Bounded: drop the queued tasks and let the batched consumer finish the rest,
+            # so the invariants are checked on a settled activity.
+            from config.celery_app import app
+
+            app.control.purge()
+            reservations_drain(activity_id=activity.pk)
+            self.orders_drained(activity.pk)
+        self.row(
+            "order drain: single task per reservation",
+            None,
+            None,
+            reservations=n,
+            orders_made=done,
+            seconds=round(seconds, 2),
+            orders_per_s=round(done / seconds, 1),
+            projected_s_for_all=round(n * seconds / max(done, 1), 1),
+            enqueue_s=round(enqueued, 2),
+            worker_cpu=round(worker_cpu, 2),
+            celery_concurrency=self.args.celery_concurrency,
+            **self.checked(activity.pk),
+        )
+        # Batched: the replay consumer, SECKILL_ORDER_BATCH_SIZE orders per transaction.
+        from django.conf import settings
+
+        activity = activity_new(title="bench drain batched", stock=n)
+        self._reservations(activity, n)
+        started = time.monotonic()
+        outcome = reservations_drain(activity_id=activity.pk)
+        seconds = time.monotonic() - started
+        if outcome.created != n:
+            raise AssertionError(f"batched drain created {outcome.created} of {n}")
+        self.row(
+            f"order drain: batched ({settings.SECKILL_ORDER_BATCH_SIZE} per transaction, one process)",
+            None,
+            None,
+            reservations=n,
+            seconds=round(seconds, 2),
+            orders_per_s=round(n / seconds, 1),
+            **self.checked(activity.pk),
+        )
+
+    def engine(self) -> None:
+        p, s = self.args.engine_processes, self.args.engine_seconds
+        activity = activity_new(title="bench engine lua", stock=BIG_STOCK)
+        lua = engine_run(kind="lua", activity_id=activity.pk, processes=p, seconds=s, user_ids=[])
+        checked = self.checked(activity.pk)
+        self.row("stock engine alone: Lua script", None, None, **lua, **checked)
+        # The Lua run left its reservations in the log on purpose (no orders for made-up
+        # shoppers); free the memory now that the invariants are checked.
+        stock_redis().unlink(*ActivityKeys(activity.pk).all())
+        activity = activity_new(title="bench engine db", stock=BIG_STOCK, warm=False)
+        dbr = engine_run(kind="db", activity_id=activity.pk, processes=p, seconds=s, user_ids=self.user_ids)
+        self.row(
+            "stock engine alone: database (order insert + conditional UPDATE)",
+            None,
+            None,
+            **dbr,
+            **self.checked(activity.pk, redis_path=False),
+        )

@@ -1,0 +1,190 @@
+"""The system under test: production settings, gunicorn and Celery worker(s) on this machine.
+
+The embedded PostgreSQL and Redis start when DATABASE_URL / REDIS_URL are unset; the
+bench then uses its own database (``seckill_bench``, recreated each run) and its own
+Redis databases, so a `make run` or a test run beside it is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from config import embedded
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+BENCH_DB = "seckill_bench"
+BENCH_REDIS_DB, BENCH_BROKER_DB = 6, 7
+
+
+def _with_path(url: str, path: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=path))
+
+
+def bench_environment(base: dict[str, str] | None = None) -> tuple[dict[str, str], set[str]]:
+    """The environment of every bench process, and which embedded servers it started."""
+    env = dict(os.environ if base is None else base)
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings.production"
+    env.setdefault("DJANGO_SECRET_KEY", "bench-only-secret-key-not-for-production-0123456789abcdef")
+    env.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
+    env["DJANGO_SECURE_SSL_REDIRECT"] = "false"
+    env["SECKILL_BENCH_VIEWS"] = "true"
+    env.setdefault("DJANGO_LOG_LEVEL", "WARNING")
+    env["PYTHONUNBUFFERED"] = "1"
+    before = embedded.running_services()
+    embedded_db = not env.get("DATABASE_URL")
+    embedded_redis = not env.get("REDIS_URL")
+    env.update(embedded.ensure_services(env))
+    started = embedded.running_services() - before
+    if embedded_db:
+        _recreate_database(env["DATABASE_URL"])
+        env["DATABASE_URL"] = _with_path(env["DATABASE_URL"], f"/{BENCH_DB}")
+    if embedded_redis:
+        import redis
+
+        env["REDIS_URL"] = _with_path(env["REDIS_URL"], f"/{BENCH_REDIS_DB}")
+        env.setdefault("CELERY_BROKER_URL", _with_path(env["REDIS_URL"], f"/{BENCH_BROKER_DB}"))
+        for url in (env["REDIS_URL"], env["CELERY_BROKER_URL"]):
+            redis.Redis.from_url(url).flushdb()
+    return env, started
+
+
+def _recreate_database(url: str) -> None:
+    import psycopg
+
+    admin = _with_path(url, "/postgres").replace("postgres://", "postgresql://", 1)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+
+
+class Child:
+    """One server process in its own process group, its output in a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            argv, cwd=BASE_DIR, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, n: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-n:]
+
+    def pids(self) -> list[int]:
+        """The process and its children (gunicorn's or Celery's workers)."""
+        return [self.proc.pid, *_children(self.proc.pid)]
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+
+
+def manage(env: dict[str, str], *args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, check=True)
+
+
+def gunicorn_start(env: dict[str, str], log_dir: Path, port: int, name: str = "gunicorn", **overrides: str) -> Child:
+    child_env = dict(env, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_ACCESS_LOG="")
+    child_env.update(overrides)
+    argv = [str(BIN / "gunicorn"), "-c", str(BASE_DIR / "config" / "gunicorn.conf.py"), "config.wsgi:application"]
+    child = Child(name, argv, child_env, log_dir)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"gunicorn died:\n{child.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/ping", timeout=2) as reply:
+                if reply.status == 200:
+                    return child
+        except OSError:
+            time.sleep(0.2)
+    child.stop()
+    raise RuntimeError(f"gunicorn did not answer within 90 s:\n{child.tail()}")
+
+
+def worker_start(env: dict[str, str], log_dir: Path, concurrency: int) -> Child:
+    argv = [
+        str(BIN / "celery"),
+        "-A",
+        "config",
+        "worker",
+        "--loglevel",
+        "WARNING",
+        "--concurrency",
+        str(concurrency),
+        "--hostname",
+        f"bench-{os.getpid()}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+    child = Child("celery", argv, env, log_dir)
+    import redis
+
+    broker = redis.Redis.from_url(env["CELERY_BROKER_URL"])
+    deadline = time.monotonic() + 90
+    # Ready when it has registered with the broker: it then consumes the "celery" queue.
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"celery worker died:\n{child.tail()}")
+        if broker.exists("_kombu.binding.celery"):
+            time.sleep(1.0)
+            return child
+        time.sleep(0.2)
+    child.stop()
+    raise RuntimeError(f"celery worker not ready within 90 s:\n{child.tail()}")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(path.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(path.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def store_pids() -> list[int]:
+    """The embedded PostgreSQL (postmaster and backends) and Redis, when they run here."""
+    pids = []
+    pg_pid = embedded.PG_DATA / "postmaster.pid"
+    if pg_pid.exists():
+        master = int(pg_pid.read_text().split("\n", 1)[0])
+        pids += [master, *_children(master)]
+    redis_pid = embedded.REDIS_DIR / "redis.pid"
+    if redis_pid.exists():
+        pids.append(int(redis_pid.read_text().strip()))
+    return pids
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick

@@ -1,0 +1,59 @@
+"""gunicorn settings for `make run` and `make bench` (every value can come from the environment).
+
+The defaults are what bench/ measured best on a 2-core machine; docs/BENCHMARKS.md has
+the figures behind each choice.
+"""
+
+import os
+
+bind = os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
+# Sync workers: the purchase path is CPU-bound Python with short, fast I/O (Redis, a
+# token lookup), so one request per process and no thread switching serves most; a few
+# more processes than cores cover the moments a worker waits on I/O.
+workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
+threads = int(os.environ.get("GUNICORN_THREADS", "1"))
+# A flood arrives faster than it is served: let the kernel queue it instead of refusing.
+backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
+keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))  # gthread only; sync closes each connection
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
+graceful_timeout = 5
+# Load the app once in the master: workers fork with Django already imported.
+preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() in ("1", "true", "yes")
+# An access log line per request costs the web tier a write; "-" is stdout, empty is off.
+accesslog = os.environ.get("GUNICORN_ACCESS_LOG", "-") or None
+
+
+def when_ready(server):
+    """In the master, before the workers fork: import what Django imports lazily on the
+    first request (the URLconf and every view behind it, the Celery publishing path), so
+    every worker starts with it and the memory is shared."""
+    if not preload_app:
+        return
+    try:
+        from django.urls import get_resolver
+
+        get_resolver().url_patterns  # noqa: B018 (imports config.urls and the views)
+        import kombu.transport.redis  # noqa: F401
+
+        import orders.tasks  # noqa: F401
+    except Exception as exc:  # the workers import it themselves then
+        server.log.warning("pre-import of the URLconf failed: %s", exc)
+
+
+def post_worker_init(worker):
+    """Pay the purchase path's one-off costs before the first shopper does: at the start
+    of a sale every worker is hit at once, and a lazy import of the Celery publishing
+    path or a first connection would land on the first requests of the flood."""
+    try:
+        from django.db import connection
+
+        from orders.tasks import order_create_task
+        from seckill.redis_client import stock_redis
+
+        connection.ensure_connection()
+        stock_redis().ping()
+        with order_create_task.app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+    except Exception as exc:  # a server that is away now is retried by the requests themselves
+        worker.log.warning("warm-up of the purchase path failed: %s", exc)

@@ -1,0 +1,40 @@
+"""An order past its payment deadline cannot be paid, even before the deadline task or the
+sweeper has cancelled it: otherwise a late payment and the timeout race for units that
+the timeout is about to give back (DESIGN.md: "pays within the deadline")."""
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from inventory.models import SeckillStock
+from orders.models import Order
+from orders.services import OrderNotPayable, order_pay, orders_expire_overdue
+from seckill.selectors import redis_remaining
+
+from ..factories import make_activity, make_users
+from ..helpers import wait_until
+from .helpers import buy
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_pending_order_past_its_deadline_is_not_payable_and_times_out():
+    activity = make_activity(stock=3, pay_timeout=1)
+    (user,) = make_users(1)
+    (order,) = buy(activity, [user])
+    wait_until(lambda: timezone.now() > order.pay_deadline, timeout=60, what="the payment deadline to pass")
+
+    with pytest.raises(OrderNotPayable):
+        order_pay(order=order)
+    client = APIClient()
+    client.force_authenticate(user)
+    response = client.post(f"/api/orders/{order.order_no}/pay")
+    assert response.status_code == 409 and response.json()["code"] == "not_payable"
+    assert Order.objects.get(pk=order.pk).status == Order.Status.PENDING
+
+    # The sweeper then cancels it and the unit goes back, once, to both sides.
+    assert orders_expire_overdue(activity_id=activity.pk) == 1
+    order.refresh_from_db()
+    assert (order.status, order.cancel_reason, order.paid_at) == (Order.Status.CANCELLED, "timeout", None)
+    assert SeckillStock.objects.get(activity=activity).available == 3
+    assert redis_remaining(activity.pk) == 3
