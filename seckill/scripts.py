@@ -24,6 +24,7 @@ RELEASE = _load("release")
 WARMUP = _load("warmup")
 SNAPSHOT = _load("snapshot")
 RETURN = _load("return")
+ADMISSION = _load("admission")
 
 
 class ScriptCode:
@@ -97,6 +98,12 @@ def run_warmup(client: redis.Redis, keys: ActivityKeys, *, remaining: int, loade
             client=client,
         )
     return bool(written)
+
+
+def run_admission(client: redis.Redis, keys: ActivityKeys, *, rate: int, burst: int) -> tuple[bool, int]:
+    """Take one token from the activity's admission bucket: (admitted, ms until one is there)."""
+    admitted, wait_ms = ADMISSION(keys=[keys.admission], args=[rate, burst], client=client)
+    return bool(admitted), int(wait_ms)
 
 
 @dataclass(frozen=True)
