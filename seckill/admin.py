@@ -8,10 +8,18 @@ from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
 from orders.models import Order
 
-from .models import Activity
+from .models import Activity, BlacklistEntry, ShopperProfile
 from .pages import activity_page_publish
 from .selectors import redis_remaining_many
-from .services import WarmupError, activity_save, activity_stop_selling, activity_warmup
+from .services import (
+    WarmupError,
+    activity_save,
+    activity_stop_selling,
+    activity_warmup,
+    blacklist_entries_delete,
+    blacklist_entry_save,
+    shopper_profile_save,
+)
 
 
 class SeckillStockInline(admin.StackedInline):
@@ -53,6 +61,21 @@ class ActivityAdmin(admin.ModelAdmin):
         (None, {"fields": ["title", "product", "seckill_price", "start_at", "end_at"]}),
         ("Stock", {"fields": ["total_stock", "safety_stock", "shards", "per_user_limit"]}),
         ("Orders", {"fields": ["pay_timeout"]}),
+        (
+            "Traffic gates",
+            {
+                "fields": [
+                    "rate_per_user",
+                    "rate_per_ip",
+                    "admission_rate",
+                    "admission_burst",
+                    "min_member_level",
+                    "min_account_age_days",
+                    "captcha_required",
+                ],
+                "description": "Blank rates use the SECKILL_* defaults of the settings; see docs/GATES.md.",
+            },
+        ),
         ("State", {"fields": readonly_fields}),
     ]
 
@@ -146,3 +169,29 @@ class ActivityAdmin(admin.ModelAdmin):
         for activity in queryset:
             paths = activity_page_publish(activity_id=activity.pk)
             self.message_user(request, f"{activity}: published {', '.join(map(str, paths))}", messages.SUCCESS)
+
+
+@admin.register(BlacklistEntry)
+class BlacklistEntryAdmin(admin.ModelAdmin):
+    list_display = ["kind", "value", "reason", "expires_at", "created_at"]
+    list_filter = ["kind"]
+    search_fields = ["value", "reason"]
+
+    def save_model(self, request, obj, form, change):
+        blacklist_entry_save(entry=obj)
+
+    def delete_model(self, request, obj):
+        blacklist_entries_delete(queryset=BlacklistEntry.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        blacklist_entries_delete(queryset=queryset)
+
+
+@admin.register(ShopperProfile)
+class ShopperProfileAdmin(admin.ModelAdmin):
+    list_display = ["user", "member_level", "updated_at"]
+    search_fields = ["user__username"]
+    autocomplete_fields = ["user"]
+
+    def save_model(self, request, obj, form, change):
+        shopper_profile_save(profile=obj)

@@ -1,22 +1,64 @@
-"""Gate 1 of the purchase path: checks in the web process, before Redis is touched.
+"""Gate 1 of the purchase path: checks in the web process, before the stock script runs.
 
-Each check raises ApiError; they run in the order API.md gives.
+Each check raises ApiError; PurchaseApi runs them in the order API.md gives:
+body → time window → token → (this process's sold-out memory) → rate limits (429)
+→ blacklist, eligibility, captcha (403). Cheap checks first: the sold-out memory costs
+nothing, a rate limit a Redis round trip or two, eligibility a cached read.
 """
 
 import hmac
-from datetime import datetime
+import ipaddress
+import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+import redis
+from django.conf import settings
+from django.utils import timezone
+from django_ratelimit.core import get_usage
+from django_redis.exceptions import ConnectionInterrupted
+from rest_framework.exceptions import AuthenticationFailed
+
+from .authentication import CachedTokenAuthentication
+from .captcha import captcha_consume
 from .errors import ApiError
 from .models import Activity
-from .selectors import ActivitySnapshot
+from .redis_client import stock_redis
+from .scripts import run_admission
+from .selectors import ActivitySnapshot, activity_snapshot, blacklist, shopper_facts
 from .services import activity_token_ensure
+from .soldout import sold_out_known
+
+logger = logging.getLogger(__name__)
 
 MAX_TOKEN_LENGTH = 128
-ALLOWED_FIELDS = frozenset({"token", "quantity"})
+MAX_CAPTCHA_FIELD_LENGTH = 64
+ALLOWED_FIELDS = frozenset({"token", "quantity", "captcha_id", "captcha_answer"})
 
 
-def purchase_body_parse(data, *, activity: ActivitySnapshot) -> tuple[str, int]:
-    """Validate the purchase body; returns (token, quantity)."""
+@dataclass(frozen=True)
+class PurchaseBody:
+    token: str
+    quantity: int
+    captcha_id: str | None = None
+    captcha_answer: str | None = None
+
+
+def _optional_text(data: dict, field: str, *, number_ok: bool = False) -> str | None:
+    value = data.get(field)
+    if value is None:
+        return None
+    if number_ok and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # an arithmetic answer may come as a number
+    if not isinstance(value, str) or len(value) > MAX_CAPTCHA_FIELD_LENGTH:
+        raise ApiError(400, "invalid_request", f"{field} must be a string of at most {MAX_CAPTCHA_FIELD_LENGTH}.")
+    return value.strip() or None
+
+
+def purchase_body_parse(data, *, activity: ActivitySnapshot) -> PurchaseBody:
+    """Validate the purchase body: {token, quantity=1, captcha_id?, captcha_answer?}."""
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_request", "The body must be a JSON object.")
     unknown = set(data) - ALLOWED_FIELDS
@@ -33,7 +75,9 @@ def purchase_body_parse(data, *, activity: ActivitySnapshot) -> tuple[str, int]:
             "invalid_request",
             f"quantity must be an integer from 1 to {activity.per_user_limit}.",
         )
-    return token, quantity
+    return PurchaseBody(
+        token, quantity, _optional_text(data, "captcha_id"), _optional_text(data, "captcha_answer", number_ok=True)
+    )
 
 
 def purchase_window_check(activity: ActivitySnapshot, now: datetime) -> None:
@@ -51,3 +95,203 @@ def purchase_token_check(activity: ActivitySnapshot, token: str, now: datetime) 
     # surrogatepass: JSON admits lone surrogates ("\ud800"), which strict UTF-8 cannot encode.
     if not expected or not hmac.compare_digest(expected.encode(), token.encode("utf-8", "surrogatepass")):
         raise ApiError(403, "bad_token", "The purchase token is not valid for this sale.")
+
+
+def purchase_sold_out_check(activity: ActivitySnapshot) -> None:
+    """Redis said "nothing left" less than SECKILL_SOLD_OUT_TTL ago: answer as it would."""
+    if sold_out_known(activity.id):
+        raise ApiError(410, "sold_out", "Sold out.")
+
+
+# --- rate limits --------------------------------------------------------------------
+
+
+def client_ip(request) -> str | None:
+    """The client's address: the socket's, or the trusted proxy header's when one is set.
+
+    With SECKILL_TRUSTED_PROXY_HEADER (e.g. X-Forwarded-For) the address is the one
+    SECKILL_TRUSTED_PROXY_COUNT hops from the right: the entry our own proxy wrote, which
+    a client cannot forge (entries further left are whatever the client sent).
+    """
+    header = settings.SECKILL_TRUSTED_PROXY_HEADER
+    if header:
+        value = request.META.get("HTTP_" + header.upper().replace("-", "_"), "")
+        hops = [hop.strip() for hop in value.split(",") if hop.strip()]
+        count = max(1, settings.SECKILL_TRUSTED_PROXY_COUNT)
+        if len(hops) >= count:
+            ip = _valid_ip(hops[-count])
+            if ip:
+                return ip
+    return _valid_ip(request.META.get("REMOTE_ADDR", ""))
+
+
+def _valid_ip(value: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
+
+
+def _ip_bucket(ip: str) -> str:
+    """IPv6 clients get a /64 each, as ISPs hand them out; one bucket per IPv4 address."""
+    address = ipaddress.ip_address(ip)
+    if address.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return ip
+
+
+def _rate(own: str, default: str) -> str | None:
+    rate = own or default
+    return None if not rate or rate == "off" else rate
+
+
+def redis_away() -> bool:
+    """The circuit breaker is not closed: Redis failed just now. The limits then let
+    requests on at once rather than wait for a timeout each; the database fallback that
+    serves purchases meanwhile has a strict concurrency cap of its own."""
+    from .breaker import redis_breaker
+
+    return redis_breaker().state != redis_breaker().CLOSED
+
+
+def _limit(request, *, group: str, value: str, rate: str) -> None:
+    if redis_away():
+        return
+    try:
+        usage = get_usage(request, group=group, key=lambda _g, _r: value, rate=rate, increment=True)
+    except (ConnectionInterrupted, redis.RedisError) as exc:
+        # The limiter's Redis is away: let the request on (the stock path answers busy if it must).
+        logger.warning("rate limit %s not checked: %s", group, exc)
+        return
+    if usage is not None and usage["should_limit"]:
+        raise ApiError(
+            429, "rate_limited", "Too many requests; please slow down.", retry_after=max(1, usage["time_left"])
+        )
+
+
+def traffic_limit_check(request, *, scope: str, user_id: int, rate_per_user: str, rate_per_ip: str) -> None:
+    """Per-user then per-IP limits (django-ratelimit, fixed windows in the cache Redis)."""
+    user_rate = _rate(rate_per_user, settings.SECKILL_RATE_PER_USER)
+    if user_rate:
+        _limit(request, group=f"{scope}:user", value=str(user_id), rate=user_rate)
+    ip_rate = _rate(rate_per_ip, settings.SECKILL_RATE_PER_IP)
+    ip = client_ip(request) if ip_rate else None
+    if ip_rate and ip:
+        _limit(request, group=f"{scope}:ip", value=_ip_bucket(ip), rate=ip_rate)
+
+
+def purchase_admission_check(activity: ActivitySnapshot) -> None:
+    """The activity's global cap: a token bucket in Redis shared by every web process."""
+    rate = activity.admission_rate if activity.admission_rate is not None else settings.SECKILL_ADMISSION_RATE
+    if not rate:
+        return
+    burst = activity.admission_burst or settings.SECKILL_ADMISSION_BURST or rate
+    if redis_away():
+        return
+    try:
+        admitted, wait_ms = run_admission(stock_redis(), activity.keys, rate=rate, burst=burst)
+    except redis.RedisError as exc:
+        logger.warning("admission cap of activity %s not checked: %s", activity.id, exc)
+        return  # the stock script meets the same Redis and answers busy
+    if not admitted:
+        raise ApiError(
+            429,
+            "rate_limited",
+            "The sale is very busy; please try again.",
+            retry_after=max(1, math.ceil(wait_ms / 1000)),
+        )
+
+
+def purchase_rate_check(request, *, activity: ActivitySnapshot, user_id: int) -> None:
+    traffic_limit_check(
+        request,
+        scope=f"purchase:{activity.id}",
+        user_id=user_id,
+        rate_per_user=activity.rate_per_user,
+        rate_per_ip=activity.rate_per_ip,
+    )
+    purchase_admission_check(activity)
+
+
+# --- who may buy ------------------------------------------------------------------
+
+
+def device_id(request) -> str | None:
+    value = request.META.get("HTTP_" + settings.SECKILL_DEVICE_HEADER.upper().replace("-", "_"))
+    return value.strip()[:128] if value else None
+
+
+def purchase_blacklist_check(request, *, user_id: int) -> None:
+    listed = blacklist()
+    device = device_id(request)
+    if user_id in listed.users or (device and device in listed.devices) or listed.has_ip(client_ip(request)):
+        raise ApiError(403, "blacklisted", "You may not take part in this sale.")
+
+
+def purchase_eligibility_check(activity: ActivitySnapshot, *, user_id: int, now: datetime) -> None:
+    min_level, min_days = activity.min_member_level or 0, activity.min_account_age_days or 0
+    if not min_level and not min_days:
+        return
+    facts = shopper_facts(user_id)
+    if facts is None or facts.member_level < min_level:
+        raise ApiError(403, "not_eligible", f"This sale is for members of level {min_level} and up.")
+    if now - facts.date_joined < timedelta(days=min_days):
+        raise ApiError(403, "not_eligible", f"This sale is for accounts at least {min_days} days old.")
+
+
+def purchase_captcha_check(activity: ActivitySnapshot, *, user_id: int, body: PurchaseBody) -> None:
+    if not activity.captcha_required:
+        return
+    if not body.captcha_id or body.captcha_answer is None:
+        raise ApiError(403, "captcha_required", "Answer a captcha first (POST the captcha endpoint of this activity).")
+    if not captcha_consume(
+        activity_id=activity.id, user_id=user_id, challenge_id=body.captcha_id, answer=body.captcha_answer
+    ):
+        raise ApiError(403, "captcha_invalid", "The captcha answer is wrong, expired or already used.")
+
+
+# --- the front gates, before DRF ---------------------------------------------------------
+
+_FRONT_PASSED = "seckill_front_gates_passed"
+
+
+def purchase_front_check(request, *, activity: ActivitySnapshot, user_id: int, body: PurchaseBody, now) -> None:
+    """Time window, token, sold-out memory, rate limits: the checks that turn most of a
+    flash crowd away, in API.md's order."""
+    purchase_window_check(activity, now)
+    purchase_token_check(activity, body.token, now)
+    purchase_sold_out_check(activity)
+    purchase_rate_check(request, activity=activity, user_id=user_id)
+
+
+def purchase_front_gates(request, *, activity_id: int) -> None:
+    """The front gates for an API client (token auth, JSON body) without DRF's request
+    machinery, which costs more than the gates themselves: most of a flash crowd is
+    answered "sold out" or "rate limited", and that answer should cost what the bare
+    JSON view costs. Raises ApiError to answer; returns to let the full view answer,
+    marking the request when every front gate passed so the view does not count it twice.
+
+    Anything unusual (session auth, a bad key, another content type, a body that is not
+    JSON, an unknown activity) returns unmarked: the full view answers it as ever.
+    """
+    if request.method != "POST" or request.content_type != "application/json":
+        return
+    auth = request.META.get("HTTP_AUTHORIZATION", "").split()
+    if len(auth) != 2 or auth[0].lower() != "token":
+        return
+    try:
+        user, _ = CachedTokenAuthentication().authenticate_credentials(auth[1])
+        data = json.loads(request.body)
+    except (AuthenticationFailed, ValueError, RecursionError):  # the full view answers these
+        return
+    activity = activity_snapshot(activity_id)
+    if activity is None:
+        return
+    body = purchase_body_parse(data, activity=activity)
+    purchase_front_check(request, activity=activity, user_id=user.pk, body=body, now=timezone.now())
+    setattr(request, _FRONT_PASSED, True)
+
+
+def purchase_front_passed(request) -> bool:
+    """True when purchase_front_gates already passed this request (DRF wraps the request)."""
+    return getattr(getattr(request, "_request", request), _FRONT_PASSED, False)

@@ -91,6 +91,29 @@ class ActivityKeys:
         return f"seckill:{self.tag}:returned"
 
     @property
+    def admission(self) -> str:
+        """Hash: the admission token bucket (tokens, last refill in ms)."""
+        return f"seckill:{self.tag}:admission"
+
+    @property
+    def snapshot(self) -> str:
+        """The cached ActivitySnapshot (cache Redis), tagged with the generation it was built at."""
+        return f"seckill:{self.tag}:snapshot"
+
+    @property
+    def snapshot_gen(self) -> str:
+        """Bumped by every change to the activity: a snapshot of an older generation is stale."""
+        return f"seckill:{self.tag}:snapshot-gen"
+
+    @property
+    def snapshot_lock(self) -> str:
+        return f"seckill:{self.tag}:snapshot-lock"
+
+    def captcha(self, challenge_id: str) -> str:
+        """One captcha challenge: "<user id>:<answer>", deleted by the first attempt."""
+        return f"seckill:{self.tag}:captcha:{challenge_id}"
+
+    @property
     def db_synced(self) -> str:
         """Database-path orders already counted in the stock (see seckill.fallback.stock_resync)."""
         return f"seckill:{self.tag}:dbsynced"
@@ -105,9 +128,18 @@ class ActivityKeys:
 
     def all(self) -> list[str]:
         return [
-            self.stock, self.loaded, self.users, self.log, self.drain, self.attempts, self.failed, self.returned,
-            self.db_synced, self.display,
-        ]  # fmt: skip
+            self.stock,
+            self.loaded,
+            self.users,
+            self.log,
+            self.drain,
+            self.attempts,
+            self.failed,
+            self.returned,
+            self.db_synced,
+            self.admission,
+            self.display,
+        ]
 
 
 def claim_value(shard: int, reservation_id: str) -> str:

@@ -1,6 +1,9 @@
+import ipaddress
+import re
 from datetime import datetime
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -8,6 +11,15 @@ from django.utils.translation import gettext_lazy as _
 
 def default_pay_timeout() -> int:
     return settings.SECKILL_DEFAULT_PAY_TIMEOUT
+
+
+RATE_RE = re.compile(r"^\d+/\d*[smhd]$")
+
+
+def validate_rate(value: str) -> None:
+    """A django-ratelimit rate ("10/s", "100/5m") or "off"."""
+    if value and value != "off" and not RATE_RE.match(value):
+        raise ValidationError(_('Enter a rate such as "10/s" or "600/m", or "off".'))
 
 
 class Activity(models.Model):
@@ -39,6 +51,53 @@ class Activity(models.Model):
     # Created at the start by seckill.services.activity_token_ensure; null before.
     purchase_token = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 - NULL = not started
     warmed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Traffic gates (seckill.gates); blank = the SECKILL_* default from settings.
+    rate_per_user = models.CharField(
+        _("rate per user"),
+        max_length=16,
+        blank=True,
+        validators=[validate_rate],
+        help_text=_('Purchases one shopper may attempt, e.g. "5/s"; "off" disables; blank = SECKILL_RATE_PER_USER.'),
+    )
+    rate_per_ip = models.CharField(
+        _("rate per IP"),
+        max_length=16,
+        blank=True,
+        validators=[validate_rate],
+        help_text=_(
+            'Purchases one client address may attempt, e.g. "50/s"; "off" disables; blank = SECKILL_RATE_PER_IP.'
+        ),
+    )
+    admission_rate = models.PositiveIntegerField(
+        _("admission rate (per second)"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Purchases per second let through to the stock path, all shoppers together; 0 = no cap; "
+            "blank = SECKILL_ADMISSION_RATE."
+        ),
+    )
+    admission_burst = models.PositiveIntegerField(
+        _("admission burst"),
+        null=True,
+        blank=True,
+        help_text=_("Purchases the admission cap lets through at once after a quiet spell; blank = one second's rate."),
+    )
+    min_member_level = models.PositiveSmallIntegerField(
+        _("minimum membership level"),
+        null=True,
+        blank=True,
+        help_text=_("Shoppers below this level get 403 not_eligible; blank = no rule."),
+    )
+    min_account_age_days = models.PositiveIntegerField(
+        _("minimum account age (days)"),
+        null=True,
+        blank=True,
+        help_text=_("Accounts younger than this get 403 not_eligible; blank = no rule."),
+    )
+    captcha_required = models.BooleanField(
+        _("captcha required"), default=False, help_text=_("Each purchase must carry a one-time captcha answer.")
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -81,3 +140,46 @@ def activity_phase(*, status: str, start_at: datetime, end_at: datetime, now: da
     if now < start_at:
         return Activity.Phase.UPCOMING
     return Activity.Phase.LIVE
+
+
+class BlacklistEntry(models.Model):
+    """A user, client address (or network) or device id that may not buy (403 blacklisted)."""
+
+    class Kind(models.TextChoices):
+        USER = "user", _("user id")
+        IP = "ip", _("IP address or network")
+        DEVICE = "device", _("device id")
+
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    value = models.CharField(max_length=128, help_text=_("User id, IP address / CIDR network, or device id."))
+    reason = models.CharField(max_length=200, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text=_("Blank: until removed."))
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "blacklist entries"
+        constraints = [models.UniqueConstraint(fields=["kind", "value"], name="blacklist_kind_value_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.value}"
+
+    def clean(self) -> None:
+        self.value = self.value.strip()
+        if self.kind == self.Kind.IP:
+            try:
+                self.value = str(ipaddress.ip_network(self.value, strict=False))
+            except ValueError:
+                raise ValidationError({"value": _("Enter an IP address or a CIDR network.")}) from None
+        elif self.kind == self.Kind.USER and not self.value.isdigit():
+            raise ValidationError({"value": _("Enter a user id (a number).")})
+
+
+class ShopperProfile(models.Model):
+    """What eligibility rules look at besides the account itself."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="shopper_profile")
+    member_level = models.PositiveSmallIntegerField(_("membership level"), default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"profile of user {self.user_id}"

@@ -33,6 +33,7 @@ SHARD_RETURN = _load("shard_return")
 
 # Sharded stock: shards tried per purchase before "sold out" (a random one, then two more).
 SHARD_TRIES = 3
+ADMISSION = _load("admission")
 
 
 class ScriptCode:
@@ -180,6 +181,12 @@ def run_warmup(client: redis.Redis, keys: ActivityKeys, *, remaining: int, loade
             client=client,
         )
     return bool(written)
+
+
+def run_admission(client: redis.Redis, keys: ActivityKeys, *, rate: int, burst: int) -> tuple[bool, int]:
+    """Take one token from the activity's admission bucket: (admitted, ms until one is there)."""
+    admitted, wait_ms = ADMISSION(keys=[keys.admission], args=[rate, burst], client=client)
+    return bool(admitted), int(wait_ms)
 
 
 @dataclass(frozen=True)

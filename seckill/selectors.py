@@ -1,17 +1,30 @@
 """Reads of the flash sale, shaped for the hot path."""
 
+import ipaddress
+import json
+import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from decimal import Decimal
 
+import redis
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Max, Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django_redis import get_redis_connection
+from redis.exceptions import LockError
 
 from .keys import ActivityKeys
-from .models import Activity, activity_phase
+from .models import Activity, BlacklistEntry, activity_phase
 from .redis_client import stock_redis
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,6 +40,13 @@ class ActivitySnapshot:
     shards: int
     status: str
     purchase_token: str | None
+    rate_per_user: str = ""
+    rate_per_ip: str = ""
+    admission_rate: int | None = None
+    admission_burst: int | None = None
+    min_member_level: int | None = None
+    min_account_age_days: int | None = None
+    captcha_required: bool = False
 
     def phase_at(self, now: datetime) -> str:
         return activity_phase(status=self.status, start_at=self.start_at, end_at=self.end_at, now=now)
@@ -36,10 +56,186 @@ class ActivitySnapshot:
         return ActivityKeys(self.id)
 
 
+# --- two-level cache: this process's memory, then the cache Redis -------------------
+#
+# A value in Redis is stored with the generation counter it was built at; every change
+# bumps the counter (``*_forget``), so a rebuild that read the database just before a
+# change cannot leave a stale copy behind. A miss in Redis is rebuilt by one process
+# holding a redis-py Lock; the others wait for its result instead of querying too.
+
+
+def gate_redis() -> redis.Redis:
+    """The cache Redis (django-redis ``default``): activity and blacklist copies, captchas."""
+    return get_redis_connection("default")
+
+
+@dataclass(frozen=True)
+class _SharedKeys:
+    value: str
+    gen: str
+    lock: str
+
+
+_local: dict[str, tuple[float, object]] = {}
+_local_lock = threading.Lock()
+_flights: dict[str, threading.Lock] = {}
+_MAX_LOCAL = 100_000
+
+
+def _local_get(name: str) -> tuple[bool, object]:
+    hit = _local.get(name)
+    if hit is not None and hit[0] > time.monotonic():
+        return True, hit[1]
+    return False, None
+
+
+def _local_stale(name: str) -> tuple[bool, object]:
+    hit = _local.get(name)
+    return (True, hit[1]) if hit is not None else (False, None)
+
+
+def _local_put(name: str, value: object, ttl: float) -> None:
+    with _local_lock:
+        if len(_local) >= _MAX_LOCAL:  # a flood of made-up ids must not grow memory forever
+            _local.clear()
+            _flights.clear()
+        _local[name] = (time.monotonic() + ttl, value)
+
+
+def _json_default(value: object) -> str:
+    # Full precision: DjangoJSONEncoder would cut datetimes to milliseconds.
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"cannot cache {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class _Codec:
+    """JSON, not pickle: whoever can write to the cache Redis must not run code here."""
+
+    load: Callable[[], object]  # the database read
+    dump: Callable[[object], object]  # value -> JSON-able
+    undump: Callable[[object], object]  # JSON-able -> value
+    ttl_of: Callable[[object], float]  # seconds the Redis copy lives
+
+
+def _shared_read(client: redis.Redis, keys: _SharedKeys, codec: _Codec) -> tuple[bool, object]:
+    raw, gen = client.mget([keys.value, keys.gen])
+    if raw is None:
+        return False, None
+    built_at, value = json.loads(raw)
+    return built_at == int(gen or 0), codec.undump(value)
+
+
+def _shared_rebuild(client: redis.Redis, keys: _SharedKeys, codec: _Codec) -> object:
+    """Run the database read and publish its result; the caller holds the lock."""
+    gen = int(client.get(keys.gen) or 0)  # read before the database: a change after it makes this copy stale
+    value = codec.load()
+    raw = json.dumps([gen, codec.dump(value)], default=_json_default)
+    client.set(keys.value, raw, px=max(1, int(codec.ttl_of(value) * 1000)))
+    return value
+
+
+def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: float, shared: bool = True) -> object:
+    """The value from this process's memory, else Redis (when ``shared``), else the
+    database read under a lock."""
+    found, value = _local_get(name)
+    if found:
+        return value
+    # One thread per process asks Redis. The others keep using the copy that just ran
+    # out, if there is one, and wait for that thread only when there is none.
+    with _local_lock:
+        flight = _flights.setdefault(name, threading.Lock())
+    if not flight.acquire(blocking=False):
+        stale, value = _local_stale(name)
+        if stale:
+            return value
+        flight.acquire()
+    try:
+        found, value = _local_get(name)
+        if found:
+            return value
+        from .breaker import redis_breaker
+
+        # With the breaker open (Redis failed just now) go to the database at once.
+        shared = shared and redis_breaker().state == redis_breaker().CLOSED
+        try:
+            value = _shared_get_or_build(keys, codec) if shared else codec.load()
+        except redis.RedisError as exc:
+            logger.warning("cache Redis unavailable for %s, reading the database: %s", name, exc)
+            value = codec.load()
+        _local_put(name, value, local_ttl)
+    finally:
+        flight.release()
+    return value
+
+
+def _shared_get_or_build(keys: _SharedKeys, codec: _Codec) -> object:
+    client = gate_redis()
+    deadline = time.monotonic() + settings.SECKILL_CACHE_REBUILD_WAIT
+    lock = client.lock(keys.lock, timeout=settings.SECKILL_CACHE_REBUILD_WAIT + 5, blocking=False)
+    while True:
+        fresh, value = _shared_read(client, keys, codec)
+        if fresh:
+            return value
+        if lock.acquire(blocking=False):
+            try:
+                fresh, value = _shared_read(client, keys, codec)  # built while we asked for the lock
+                return value if fresh else _shared_rebuild(client, keys, codec)
+            finally:
+                try:
+                    lock.release()
+                except LockError:
+                    pass  # expired while we worked; harmless
+        if time.monotonic() >= deadline:
+            logger.warning("cache rebuild of %s took too long; reading the database", keys.value)
+            return codec.load()
+        time.sleep(0.01)
+
+
+def _after_commit(func: Callable[[], None]) -> None:
+    """Now, or when the caller's transaction commits (an admin save runs in one): never
+    talk to Redis inside a transaction, and never drop a copy that a rebuild could fill
+    again from the not-yet-committed old row."""
+    transaction.on_commit(func)
+
+
+def _shared_forget(client: redis.Redis, keys: _SharedKeys) -> None:
+    pipe = client.pipeline(transaction=False)
+    pipe.incr(keys.gen)
+    pipe.expire(keys.gen, 7 * 24 * 3600)  # far longer than any copy lives
+    pipe.delete(keys.value)
+    pipe.execute()
+
+
+# --- activities ------------------------------------------------------------------
+
 _SNAPSHOT_FIELDS = [f for f in ActivitySnapshot.__dataclass_fields__]
-_absent = object()
-_cache: dict[int, tuple[float, object]] = {}
-_cache_lock = threading.Lock()
+
+
+def _activity_keys(activity_id: int) -> _SharedKeys:
+    k = ActivityKeys(activity_id)
+    return _SharedKeys(k.snapshot, k.snapshot_gen, k.snapshot_lock)
+
+
+def _activity_ttl(snapshot: ActivitySnapshot | None) -> float:
+    return settings.SECKILL_ACTIVITY_REDIS_TTL if snapshot is not None else settings.SECKILL_ACTIVITY_ABSENT_TTL
+
+
+def _activity_dump(snapshot: ActivitySnapshot | None) -> dict | None:
+    return asdict(snapshot) if snapshot is not None else None
+
+
+def _activity_undump(data: dict | None) -> ActivitySnapshot | None:
+    if data is None:
+        return None
+    data = dict(data)
+    data["seckill_price"] = Decimal(data["seckill_price"])
+    data["start_at"] = parse_datetime(data["start_at"])
+    data["end_at"] = parse_datetime(data["end_at"])
+    return ActivitySnapshot(**data)
 
 
 def activity_snapshot_load(activity_id: int) -> ActivitySnapshot | None:
@@ -48,30 +244,222 @@ def activity_snapshot_load(activity_id: int) -> ActivitySnapshot | None:
     return ActivitySnapshot(**row) if row else None
 
 
-def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
-    """The activity from this process's memory, refreshed every SECKILL_ACTIVITY_CACHE_TTL.
+# The highest activity id, cached: an id above it is absent without a query of its own,
+# so a flood of made-up ids costs one query per ceiling lifetime, not one per id.
+_CEILING_KEYS = _SharedKeys("seckill:activity-ceiling", "seckill:activity-ceiling-gen", "seckill:activity-ceiling-lock")
+_CEILING_CODEC = _Codec(
+    lambda: Activity.objects.aggregate(top=Max("id"))["top"] or 0,
+    lambda value: value,
+    lambda value: value,
+    lambda _value: settings.SECKILL_ACTIVITY_REDIS_TTL,
+)
 
-    Unknown ids are remembered as absent for the same time, so made-up ids in a flood
-    do not each reach the database.
+
+def activity_id_ceiling() -> int:
+    return _shared_cached(
+        "activity-ceiling",
+        _CEILING_KEYS,
+        _CEILING_CODEC,
+        local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL,
+        shared=settings.SECKILL_ACTIVITY_REDIS_TTL > 0,
+    )
+
+
+def _activity_lookup(activity_id: int) -> ActivitySnapshot | None:
+    if activity_id > activity_id_ceiling():
+        return None
+    return activity_snapshot_load(activity_id)
+
+
+def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
+    """The activity from this process's memory (SECKILL_ACTIVITY_CACHE_TTL), else from the
+    cache Redis (SECKILL_ACTIVITY_REDIS_TTL), else one database query under a lock.
+
+    Unknown ids are remembered as absent too (SECKILL_ACTIVITY_ABSENT_TTL in Redis), so
+    made-up ids in a flood do not each reach the database.
     """
     if not 0 < activity_id < 2**63:  # beyond a bigint: no such row, and no query
         return None
-    now = time.monotonic()
-    hit = _cache.get(activity_id)
-    if hit is not None and hit[0] > now:
-        return None if hit[1] is _absent else hit[1]
-    snapshot = activity_snapshot_load(activity_id)
-    with _cache_lock:
-        _cache[activity_id] = (now + settings.SECKILL_ACTIVITY_CACHE_TTL, snapshot or _absent)
-    return snapshot
+    found, value = _local_get(f"activity:{activity_id}")
+    if found:  # the hot path: nothing else to build
+        return value
+    codec = _Codec(lambda: _activity_lookup(activity_id), _activity_dump, _activity_undump, _activity_ttl)
+    return _shared_cached(
+        f"activity:{activity_id}",
+        _activity_keys(activity_id),
+        codec,
+        local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL,
+        shared=settings.SECKILL_ACTIVITY_REDIS_TTL > 0,
+    )
 
 
 def activity_snapshot_forget(activity_id: int | None = None) -> None:
-    with _cache_lock:
+    """Drop the copies of an activity after a change (all of this process's, with no id).
+
+    Other processes see the change within SECKILL_ACTIVITY_CACHE_TTL.
+    """
+    with _local_lock:
         if activity_id is None:
-            _cache.clear()
-        else:
-            _cache.pop(activity_id, None)
+            _local.clear()
+            return
+        _local.pop(f"activity:{activity_id}", None)
+    _after_commit(lambda: _activity_forget_now(activity_id))
+
+
+def _activity_forget_now(activity_id: int) -> None:
+    with _local_lock:
+        _local.pop(f"activity:{activity_id}", None)
+    try:
+        client = gate_redis()
+        _shared_forget(client, _activity_keys(activity_id))
+        fresh, ceiling = _shared_read(client, _CEILING_KEYS, _CEILING_CODEC)
+        if not fresh or activity_id > ceiling:  # a new activity: raise the ceiling
+            with _local_lock:
+                _local.pop("activity-ceiling", None)
+            _shared_forget(client, _CEILING_KEYS)
+    except redis.RedisError as exc:
+        logger.warning("could not drop the cached copy of activity %s: %s", activity_id, exc)
+
+
+def activity_snapshot_fill(activity_id: int) -> ActivitySnapshot | None:
+    """Forget, then build the copies now (warm-up), so the first buyers find it cached."""
+    activity_snapshot_forget(activity_id)
+    return activity_snapshot(activity_id)
+
+
+# --- blacklist and shoppers ---------------------------------------------------------
+
+_BLACKLIST_KEYS = _SharedKeys("seckill:blacklist", "seckill:blacklist-gen", "seckill:blacklist-lock")
+
+
+@dataclass(frozen=True)
+class Blacklist:
+    users: frozenset[int] = frozenset()
+    devices: frozenset[str] = frozenset()
+    addresses: frozenset[str] = frozenset()
+    networks: tuple = ()
+
+    def has_ip(self, ip: str | None) -> bool:
+        if not ip:
+            return False
+        if ip in self.addresses:
+            return True
+        if not self.networks:
+            return False
+        try:
+            address = ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        return any(address in network for network in self.networks)
+
+
+def blacklist_load() -> Blacklist:
+    now = timezone.now()
+    rows = BlacklistEntry.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).values_list(
+        "kind", "value", "expires_at"
+    )
+    users, devices, addresses, networks = set(), set(), set(), []
+    for kind, value, _expires in rows:
+        if kind == BlacklistEntry.Kind.USER and value.isdigit():
+            users.add(int(value))
+        elif kind == BlacklistEntry.Kind.DEVICE:
+            devices.add(value)
+        elif kind == BlacklistEntry.Kind.IP:
+            try:
+                network = ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                continue
+            if network.num_addresses == 1:
+                addresses.add(str(network.network_address))
+            else:
+                networks.append(network)
+    return Blacklist(frozenset(users), frozenset(devices), frozenset(addresses), tuple(networks))
+
+
+def _blacklist_dump(listed: Blacklist) -> dict:
+    return {
+        "users": sorted(listed.users),
+        "devices": sorted(listed.devices),
+        "addresses": sorted(listed.addresses),
+        "networks": [str(n) for n in listed.networks],
+    }
+
+
+def _blacklist_undump(data: dict) -> Blacklist:
+    return Blacklist(
+        frozenset(data["users"]),
+        frozenset(data["devices"]),
+        frozenset(data["addresses"]),
+        tuple(ipaddress.ip_network(n) for n in data["networks"]),
+    )
+
+
+_BLACKLIST_CODEC = _Codec(
+    blacklist_load, _blacklist_dump, _blacklist_undump, lambda _value: settings.SECKILL_BLACKLIST_REDIS_TTL
+)
+
+
+def blacklist() -> Blacklist:
+    """Every entry in force, from this process's memory (SECKILL_BLACKLIST_CACHE_TTL) or Redis.
+
+    An entry that expires keeps working until the copy is rebuilt (at most
+    SECKILL_BLACKLIST_REDIS_TTL).
+    """
+    return _shared_cached(
+        "blacklist",
+        _BLACKLIST_KEYS,
+        _BLACKLIST_CODEC,
+        local_ttl=settings.SECKILL_BLACKLIST_CACHE_TTL,
+        shared=settings.SECKILL_BLACKLIST_REDIS_TTL > 0,
+    )
+
+
+def blacklist_forget() -> None:
+    def forget_now() -> None:
+        with _local_lock:
+            _local.pop("blacklist", None)
+        _shared_forget(gate_redis(), _BLACKLIST_KEYS)
+
+    with _local_lock:
+        _local.pop("blacklist", None)
+    _after_commit(forget_now)
+
+
+@dataclass(frozen=True)
+class ShopperFacts:
+    member_level: int
+    date_joined: datetime
+
+
+def _shopper_key(user_id: int) -> str:
+    return f"seckill:shopper:{user_id}"
+
+
+def _shopper_facts_load(user_id: int) -> ShopperFacts | None:
+    row = (
+        get_user_model().objects.filter(pk=user_id).values_list("date_joined", "shopper_profile__member_level").first()
+    )
+    facts = ShopperFacts(member_level=row[1] or 0, date_joined=row[0]) if row else None
+    return facts
+
+
+def shopper_facts(user_id: int) -> ShopperFacts | None:
+    """What eligibility rules need of a shopper, cached in Redis for SECKILL_SHOPPER_CACHE_TTL."""
+    if settings.SECKILL_SHOPPER_CACHE_TTL <= 0:
+        return _shopper_facts_load(user_id)
+    client = gate_redis()
+    raw = client.get(_shopper_key(user_id))
+    if raw is not None:
+        data = json.loads(raw)
+        return ShopperFacts(data[0], parse_datetime(data[1])) if data else None
+    facts = _shopper_facts_load(user_id)
+    raw = json.dumps([facts.member_level, facts.date_joined] if facts else None, default=_json_default)
+    client.set(_shopper_key(user_id), raw, ex=settings.SECKILL_SHOPPER_CACHE_TTL)
+    return facts
+
+
+def shopper_facts_forget(user_id: int) -> None:
+    _after_commit(lambda: gate_redis().delete(_shopper_key(user_id)))
 
 
 def activity_shards(activity_id: int) -> int:

@@ -43,6 +43,14 @@ class PurchaseRequestSerializer(serializers.Serializer):
 
     token = serializers.CharField()
     quantity = serializers.IntegerField(required=False, default=1, min_value=1)
+    captcha_id = serializers.CharField(required=False, help_text="From the captcha endpoint, when the sale asks")
+    captcha_answer = serializers.CharField(required=False, help_text="The answer to that captcha's question")
+
+
+class CaptchaSerializer(serializers.Serializer):
+    captcha_id = serializers.CharField()
+    question = serializers.CharField()
+    expires_in = serializers.IntegerField(help_text="Seconds the challenge stays valid")
 
 
 class PurchaseQueuedSerializer(serializers.Serializer):

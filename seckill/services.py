@@ -22,7 +22,15 @@ from .models import Activity
 from .redis_client import stock_redis
 from .reservations import reservation_attempt, reservation_release, reservations_pending
 from .scripts import ScriptCode, run_reserve, run_warmup, warmup_shares
-from .selectors import ActivitySnapshot, activity_snapshot_forget, redis_stock_totals
+from .selectors import (
+    ActivitySnapshot,
+    activity_snapshot_fill,
+    activity_snapshot_forget,
+    blacklist_forget,
+    redis_stock_totals,
+    shopper_facts_forget,
+)
+from .soldout import sold_out_note
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +69,7 @@ def activity_create(
         activity.save()
         stock_create(activity_id=activity.pk, total=total_stock)
         activity_start_schedule(activity_id=activity.pk)
+    activity_snapshot_forget(activity.pk)  # the id may be cached as absent
     return activity
 
 
@@ -258,7 +267,7 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
     Activity.objects.filter(pk=activity_id).exclude(status=Activity.Status.ENDED).update(
         status=Activity.Status.WARMED, warmed_at=timezone.now()
     )
-    activity_snapshot_forget(activity_id)
+    activity_snapshot_fill(activity_id)  # the first buyers find the activity cached
     activity_start_schedule(activity_id=activity_id)
     return WarmupResult(
         activity_id=activity_id,
@@ -347,6 +356,9 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
     breaker.record_success()
 
+    # S > 1: one shard's figure (and a refusal after three tries) proves nothing about the others.
+    if activity.shards == 1 and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
+        sold_out_note(activity.id, reply.remaining)  # "none left" is answered here, without Redis, for a moment
     if reply.code == ScriptCode.RESERVED:
         if reply.kick:
             _enqueue_drain(activity.id)
@@ -541,3 +553,24 @@ def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:
         "start_at": activity.start_at,
         "end_at": activity.end_at,
     }
+
+
+# --- traffic gates: blacklist and shopper profiles (admin) ----------------------------
+
+
+def blacklist_entry_save(*, entry) -> None:
+    """Save a blacklist entry; web processes apply it within SECKILL_BLACKLIST_CACHE_TTL."""
+    entry.full_clean()
+    entry.save()
+    blacklist_forget()
+
+
+def blacklist_entries_delete(*, queryset) -> int:
+    deleted, _ = queryset.delete()
+    blacklist_forget()
+    return deleted
+
+
+def shopper_profile_save(*, profile) -> None:
+    profile.save()
+    shopper_facts_forget(profile.user_id)

@@ -119,7 +119,8 @@ def signup(request):
     form = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         user = form.save()
-        login(request, user)
+        # Several auth backends (django-axes first): name the one that knows the new user.
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         next_url = request.GET.get("next", "")
         safe = url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()})
         return redirect(next_url if safe else "home")

@@ -6,7 +6,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from seckill import selectors
+from seckill import selectors, soldout
 from seckill.authentication import token_cache_clear
 from seckill.breaker import redis_breaker
 from seckill.fallback import _fallback_slots
@@ -58,9 +58,11 @@ def clean_redis():
     elif settings.CELERY_BROKER_URL.startswith("amqp"):
         _amqp_queue(delete=False)
     selectors.activity_snapshot_forget()
+    soldout.sold_out_forget()
     token_cache_clear()
     yield
     selectors.activity_snapshot_forget()
+    soldout.sold_out_forget()
 
 
 @pytest.fixture(autouse=True)

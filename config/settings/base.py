@@ -1,8 +1,10 @@
 """Settings shared by every environment; everything configurable comes from the environment."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -24,6 +26,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "axes",
+    "csp",
     "inventory",
     "seckill",
     "orders",
@@ -34,6 +38,7 @@ MIDDLEWARE = [
     "seckill.middleware.SharedPageMiddleware",
     "config.request_log.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -43,6 +48,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "seckill.metrics.PurchaseOutcomeMiddleware",
+    # Last, as django-axes asks: turns a lockout into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -104,9 +111,47 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Not /admin/ in production: DJANGO_ADMIN_URL (with a trailing slash) hides it from scanners.
+ADMIN_URL = env("DJANGO_ADMIN_URL", default="admin/")
+# django-axes throttles logins (admin and /accounts/login/ alike): after
+# DJANGO_LOGIN_FAILURE_LIMIT failures for one username from one address, that pair is
+# locked out (429) for DJANGO_LOGIN_COOLOFF_MINUTES.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("DJANGO_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("DJANGO_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "seckill.gates.client_ip"  # the same trusted-proxy rule as the rate limits
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"
+
+# --- Content Security Policy (django-csp) -----------------------------------------------
+# Only this origin's scripts, styles and connections; no inline script, no framing.
+# The API docs page (Swagger UI from its CDN) widens it for that view alone (config/urls.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        # Inline styles stay allowed (the admin report's SVG charts carry their own);
+        # inline script, the XSS vector, does not.
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+# The CSRF cookie stays readable by the page's script: API.md's double submit needs it.
+CSRF_COOKIE_HTTPONLY = False
 
 # --- I18N -----------------------------------------------------------------------
 LANGUAGE_CODE = "en"
@@ -195,6 +240,36 @@ SECKILL_RECONCILE_INTERVAL = env.float("SECKILL_RECONCILE_INTERVAL", default=10.
 SECKILL_EXPIRY_SWEEP_INTERVAL = env.float("SECKILL_EXPIRY_SWEEP_INTERVAL", default=30.0)
 # Warm-up happens automatically this many seconds before the start (beat).
 SECKILL_AUTO_WARMUP_LEAD = env.int("SECKILL_AUTO_WARMUP_LEAD", default=300)
+
+# --- Traffic gates (seckill.gates; docs/GATES.md) ------------------------------------
+# Per-shopper and per-client-address purchase limits (django-ratelimit rates such as
+# "10/s" or "600/m"; "off" disables). Each activity may override them in admin. The
+# per-IP limit is off by default: behind a proxy without SECKILL_TRUSTED_PROXY_HEADER
+# every shopper would share the proxy's address.
+SECKILL_RATE_PER_USER = env("SECKILL_RATE_PER_USER", default="10/s")
+SECKILL_RATE_PER_IP = env("SECKILL_RATE_PER_IP", default="off")
+RATELIMIT_USE_CACHE = "default"
+# The header a trusted proxy or CDN writes the client address into (e.g. X-Forwarded-For),
+# and how many trusted proxies append to it; unset: the socket address is the client.
+SECKILL_TRUSTED_PROXY_HEADER = env("SECKILL_TRUSTED_PROXY_HEADER", default="")
+SECKILL_TRUSTED_PROXY_COUNT = env.int("SECKILL_TRUSTED_PROXY_COUNT", default=1)
+# Device ids for the blacklist come from this request header.
+SECKILL_DEVICE_HEADER = env("SECKILL_DEVICE_HEADER", default="X-Device-Id")
+# Global admission cap per activity (token bucket in Redis): purchases per second let
+# through to the stock script, and the burst; 0 = no cap (an activity may set its own).
+SECKILL_ADMISSION_RATE = env.int("SECKILL_ADMISSION_RATE", default=0)
+SECKILL_ADMISSION_BURST = env.int("SECKILL_ADMISSION_BURST", default=0)
+# Seconds a web process answers "sold out" itself after Redis said so.
+SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=1.0)
+# The activity copy in the cache Redis, unknown ids remembered as absent, and how long a
+# request waits for another process's rebuild before reading the database itself.
+SECKILL_ACTIVITY_REDIS_TTL = env.float("SECKILL_ACTIVITY_REDIS_TTL", default=60.0)
+SECKILL_ACTIVITY_ABSENT_TTL = env.float("SECKILL_ACTIVITY_ABSENT_TTL", default=30.0)
+SECKILL_CACHE_REBUILD_WAIT = env.float("SECKILL_CACHE_REBUILD_WAIT", default=2.0)
+SECKILL_BLACKLIST_CACHE_TTL = env.float("SECKILL_BLACKLIST_CACHE_TTL", default=2.0)
+SECKILL_BLACKLIST_REDIS_TTL = env.float("SECKILL_BLACKLIST_REDIS_TTL", default=60.0)
+SECKILL_SHOPPER_CACHE_TTL = env.int("SECKILL_SHOPPER_CACHE_TTL", default=60)
+SECKILL_CAPTCHA_TTL = env.int("SECKILL_CAPTCHA_TTL", default=120)
 
 # The activity page: shared caches (a CDN) may keep it this long; browsers a little.
 SECKILL_PAGE_MAX_AGE = env.int("SECKILL_PAGE_MAX_AGE", default=30)

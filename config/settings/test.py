@@ -15,6 +15,8 @@ from .base import DATABASES, env
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="test-only-not-secret")
 DEBUG = False
+# Login throttling is on only in the tests about it (their client.login() has no request).
+AXES_ENABLED = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 WHITENOISE_USE_FINDERS = True  # no collectstatic needed to serve static files in tests
 STORAGES = {
@@ -30,7 +32,15 @@ PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="test-gateway-sec
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Tests want quick replays; each test that needs one sets its own grace.
 SECKILL_REPLAY_GRACE = 2
-SECKILL_ACTIVITY_CACHE_TTL = 0.0
+SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=0.0)
+# Gates that remember or limit are off unless a test (or the process it starts) asks.
+SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=0.0)
+SECKILL_RATE_PER_USER = env("SECKILL_RATE_PER_USER", default="off")
+SECKILL_RATE_PER_IP = env("SECKILL_RATE_PER_IP", default="off")
+SECKILL_ACTIVITY_REDIS_TTL = env.float("SECKILL_ACTIVITY_REDIS_TTL", default=0.0)
+SECKILL_BLACKLIST_CACHE_TTL = env.float("SECKILL_BLACKLIST_CACHE_TTL", default=0.0)
+SECKILL_BLACKLIST_REDIS_TTL = env.float("SECKILL_BLACKLIST_REDIS_TTL", default=0.0)
+SECKILL_SHOPPER_CACHE_TTL = env.int("SECKILL_SHOPPER_CACHE_TTL", default=0)
 
 # --- isolation ------------------------------------------------------------------
 # The suite owns two Redis databases (stock/cache and broker) and flushes them per

@@ -1,0 +1,96 @@
+"""The activity cache under a stampede, through a real gunicorn: database queries on the
+activity table are counted by PostgreSQL itself (pg_stat_user_tables), across processes."""
+
+import random
+
+import pytest
+from django.db import connection
+
+from seckill.keys import ActivityKeys
+from seckill.selectors import activity_snapshot, activity_snapshot_forget, gate_redis
+from seckill.services import activity_token_ensure
+
+from ..factories import make_activity, make_users
+from ..helpers import start_gunicorn, subprocess_env, wait_until
+from .support import concurrently, http, keys_of, purchase
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def activity_table_reads() -> int:
+    """Scans of seckill_activity since the server started: one per query that reads it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT seq_scan + coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'seckill_activity'"
+        )
+        return cursor.fetchone()[0]
+
+
+def other_backends() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
+def settled_reads() -> int:
+    """The count once every server connection has closed (a backend reports its counts
+    at the latest when it exits; the test settings close connections after each request)."""
+    wait_until(lambda: other_backends() == 0, timeout=60, what="the server's database connections to close")
+    return activity_table_reads()
+
+
+@pytest.fixture
+def busy_server(transactional_db, process_logs):
+    # Many workers and threads: many concurrent misses, in several processes at once.
+    env = subprocess_env(SECKILL_ACTIVITY_REDIS_TTL="60", SECKILL_ACTIVITY_ABSENT_TTL="30")
+    process, base = start_gunicorn(process_logs, workers=4, threads=32, env=env)
+    yield base
+    process.stop()
+
+
+def test_500_concurrent_purchases_for_an_uncached_activity_make_one_query(busy_server):
+    base = busy_server
+    activity = make_activity(stock=1000)
+    users = make_users(500)
+    keys, token = keys_of(users), activity_token_ensure(activity_id=activity.pk)
+    # Every shopper's API token known to the server first: only the activity is cold.
+    concurrently([(lambda k=keys[u.pk]: http(base, "GET", "/api/orders/", key=k)[0]) for u in users], threads=64)
+    # The server caches the activity (and the highest id, which answers for made-up ids
+    # above it); then the activity's copies are dropped, as any change to it does.
+    assert http(base, "GET", f"/api/activities/{activity.pk}/flag")[0] == 200
+    assert gate_redis().get(ActivityKeys(activity.pk).snapshot) is not None
+    activity_snapshot_forget(activity.pk)
+    assert gate_redis().get(ActivityKeys(activity.pk).snapshot) is None
+    before = settled_reads()
+
+    statuses = concurrently(
+        [(lambda k=keys[u.pk]: purchase(base, activity.pk, k, token)[0]) for u in users], threads=250
+    )
+
+    assert statuses == [202] * 500
+    assert settled_reads() - before == 1
+
+
+def test_10000_requests_for_200_unknown_ids_make_a_few_hundred_queries_at_most(busy_server):
+    base = busy_server
+    # Real activities with a gap in their ids: half the unknown ids lie in the gap (each
+    # needs a query of its own), half above the highest id (the cached ceiling answers).
+    make_activity(stock=1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT setval(pg_get_serial_sequence('seckill_activity', 'id'), 20000000)")
+    make_activity(stock=1)
+    unknown = [10_000_000 + i for i in range(100)] + [30_000_000 + i for i in range(100)]
+    rng = random.Random(5)
+    asks = [rng.choice(unknown) for _ in range(10_000)]
+    before = settled_reads()
+
+    statuses = concurrently([(lambda a=a: http(base, "GET", f"/api/activities/{a}/flag")[0]) for a in asks], threads=64)
+
+    assert statuses == [404] * 10_000
+    queries = settled_reads() - before
+    print(f"10,000 requests for 200 unknown ids: {queries} activity queries")
+    assert queries <= 400, queries
+    assert activity_snapshot(unknown[0]) is None

@@ -1,0 +1,93 @@
+"""After the sold-out moment, rejections are answered by each web process itself: counted
+in Redis's own INFO commandstats around 1,000 further purchases through a real gunicorn."""
+
+import pytest
+
+from orders.models import Order
+from orders.services import order_cancel
+from seckill.keys import ActivityKeys
+from seckill.redis_client import stock_redis
+from seckill.selectors import redis_remaining
+from seckill.services import activity_token_ensure
+
+from ..factories import make_activity, make_users
+from ..helpers import start_gunicorn, subprocess_env, wait_until
+from .support import concurrently, keys_of, purchase
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+WORKERS = 2
+
+
+def redis_calls() -> dict[str, int]:
+    """Commands the Redis server has run so far by name, all databases, INFO itself left out."""
+    stats = stock_redis().info("commandstats")
+    return {name: v["calls"] for name, v in stats.items() if name != "cmdstat_info"}
+
+
+def calls_since(before: dict[str, int]) -> dict[str, int]:
+    after = redis_calls()
+    return {name: n - before.get(name, 0) for name, n in after.items() if n != before.get(name, 0)}
+
+
+@pytest.fixture
+def remembering_server(transactional_db, process_logs):
+    # The production defaults of the two memories (test settings turn them off).
+    env = subprocess_env(SECKILL_SOLD_OUT_TTL="1", SECKILL_ACTIVITY_CACHE_TTL="1", SECKILL_ACTIVITY_REDIS_TTL="60")
+    process, base = start_gunicorn(process_logs, workers=WORKERS, threads=8, env=env)
+    yield base
+    process.stop()
+
+
+def test_after_sold_out_1000_purchases_make_almost_no_redis_calls(remembering_server):
+    base = remembering_server
+    activity = make_activity(stock=5)
+    users = make_users(105)
+    keys, token = keys_of(users), activity_token_ensure(activity_id=activity.pk)
+
+    first = concurrently(
+        [(lambda k=keys[u.pk]: purchase(base, activity.pk, k, token)[0]) for u in users[:5]], threads=5
+    )
+    assert first == [202] * 5
+    assert redis_remaining(activity.pk) == 0
+    # Every worker process meets "sold out" in Redis once, and every shopper's token is
+    # cached, before the count starts.
+    concurrently([(lambda k=keys[u.pk]: purchase(base, activity.pk, k, token)[0]) for u in users[5:]], threads=20)
+
+    before = redis_calls()
+    jobs = [(lambda k=keys[users[5 + i % 100].pk]: purchase(base, activity.pk, k, token)) for i in range(1000)]
+    answers = concurrently(jobs, threads=50)
+    spent = calls_since(before)
+
+    assert [s for s, _, _ in answers] == [410] * 1000
+    assert all(body["code"] == "sold_out" for _, body, _ in answers)
+    # What is left: per worker, one purchase script and one activity read a second.
+    assert sum(spent.values()) <= 60, f"Redis commands for 1,000 sold-out answers: {spent}"
+    print(f"Redis commands for 1,000 sold-out answers: {sum(spent.values())} {spent}")
+    assert redis_remaining(activity.pk) == 0
+    assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 5
+
+
+def test_returned_stock_is_on_sale_again_in_every_process(remembering_server, celery_worker):
+    base = remembering_server
+    activity = make_activity(stock=1)
+    buyer, *others = make_users(120)
+    keys, token = keys_of([buyer, *others]), activity_token_ensure(activity_id=activity.pk)
+    assert purchase(base, activity.pk, keys[buyer.pk], token)[0] == 202
+    # Both workers now remember "sold out".
+    statuses = concurrently([(lambda k=keys[u.pk]: purchase(base, activity.pk, k, token)[0]) for u in others[:20]])
+    assert set(statuses) == {410}
+
+    order = wait_until(lambda: Order.objects.filter(activity=activity).first(), timeout=60, what="the order")
+    order_cancel(order=order, reason="shopper")
+    assert redis_remaining(activity.pk) == 1
+
+    remaining = iter(others[20:])
+    bought = wait_until(
+        lambda: purchase(base, activity.pk, keys[next(remaining).pk], token)[0] == 202,
+        timeout=15,
+        interval=0.2,
+        what="a process to sell the returned unit",
+    )
+    assert bought
+    assert redis_remaining(activity.pk) == 0
