@@ -498,11 +498,14 @@ def redis_remaining_many(activity_ids: list[int]) -> dict[int, int | None]:
         return {}
     # One GET per activity in a pipeline, not MGET: the keys live in different Redis
     # Cluster slots, and a cluster pipeline routes each command to its node.
+    # No database read for S: only a sharded activity has a display total, so it wins.
     pipe = stock_redis().pipeline(transaction=False)
     for activity_id in activity_ids:
         keys = ActivityKeys(activity_id)
-        pipe.get(keys.stock if activity_shards(activity_id) == 1 else keys.display)
-    values = pipe.execute()
+        pipe.get(keys.display)
+        pipe.get(keys.stock)
+    pairs = pipe.execute()
+    values = [d if d is not None else s for d, s in zip(pairs[::2], pairs[1::2], strict=True)]
     return {a: (int(v) if v is not None else None) for a, v in zip(activity_ids, values, strict=True)}
 
 
@@ -519,13 +522,16 @@ def purchase_result(*, activity_id: int, user_id: int) -> tuple[str, object]:
     latest = orders[0] if orders else None
     if latest is not None and latest.status in Order.LIVE_STATUSES:
         return "ordered", latest
+    # The activity's own hashes (S = 1) and the shopper's partition (S > 1): no database read for S.
     keys = ActivityKeys(activity_id)
-    if activity_shards(activity_id) > 1:
-        keys = keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+    part = keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
     pipe = stock_redis().pipeline(transaction=False)
-    pipe.hget(keys.users, user_id)
-    pipe.hget(keys.failed, user_id)
-    reservation, failed = pipe.execute()
+    for hashes in (keys, part):
+        pipe.hget(hashes.users, user_id)
+        pipe.hget(hashes.failed, user_id)
+    own_reservation, own_failed, part_reservation, part_failed = pipe.execute()
+    reservation = own_reservation if own_reservation is not None else part_reservation
+    failed = own_failed if own_failed is not None else part_failed
     if reservation is not None:
         return "queued", None
     if failed is not None:
