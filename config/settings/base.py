@@ -82,7 +82,12 @@ DATABASES = {"default": env.db_url_config(DATABASE_URL)} if DATABASE_URL else {}
 if DATABASES:
     # Persistent connections: a flash sale must not pay a connection set-up per request.
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DJANGO_CONN_MAX_AGE", default=60))
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Off by default: a health check is a "SELECT 1" round trip before the first query of
+    # every request, which the profile of a flood put at a quarter of a rejection's time
+    # (docs/BENCHMARKS.md). Without it, a connection that died (database restarted) fails
+    # one request per process and is then replaced; Celery replaces broken connections
+    # between tasks, and its tasks retry on OperationalError.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DJANGO_CONN_HEALTH_CHECKS", default=False)
     # ATOMIC_REQUESTS stays off: the purchase path must never hold a transaction while it talks to Redis.
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -30,17 +30,31 @@ def calls_since(before: dict[str, int]) -> dict[str, int]:
     return {name: n - before.get(name, 0) for name, n in after.items() if n != before.get(name, 0)}
 
 
+def _server(process_logs, ttl: str):
+    env = subprocess_env(SECKILL_SOLD_OUT_TTL=ttl, SECKILL_ACTIVITY_CACHE_TTL=ttl, SECKILL_ACTIVITY_REDIS_TTL="120")
+    return start_gunicorn(process_logs, workers=WORKERS, threads=8, env=env)
+
+
 @pytest.fixture
 def remembering_server(transactional_db, process_logs):
     # The production defaults of the two memories (test settings turn them off).
-    env = subprocess_env(SECKILL_SOLD_OUT_TTL="1", SECKILL_ACTIVITY_CACHE_TTL="1", SECKILL_ACTIVITY_REDIS_TTL="60")
-    process, base = start_gunicorn(process_logs, workers=WORKERS, threads=8, env=env)
+    process, base = _server(process_logs, "1")
     yield base
     process.stop()
 
 
-def test_after_sold_out_1000_purchases_make_almost_no_redis_calls(remembering_server):
-    base = remembering_server
+@pytest.fixture
+def long_memory_server(transactional_db, process_logs):
+    # Memories that outlive the measurement, so the count does not depend on how long a
+    # busy machine takes for 1,000 requests (with the 1 s defaults each worker adds one
+    # script call and one activity read per second on top).
+    process, base = _server(process_logs, "120")
+    yield base
+    process.stop()
+
+
+def test_after_sold_out_1000_purchases_make_almost_no_redis_calls(long_memory_server):
+    base = long_memory_server
     activity = make_activity(stock=5)
     users = make_users(105)
     keys, token = keys_of(users), activity_token_ensure(activity_id=activity.pk)
@@ -61,8 +75,9 @@ def test_after_sold_out_1000_purchases_make_almost_no_redis_calls(remembering_se
 
     assert [s for s, _, _ in answers] == [410] * 1000
     assert all(body["code"] == "sold_out" for _, body, _ in answers)
-    # What is left: per worker, one purchase script and one activity read a second.
-    assert sum(spent.values()) <= 60, f"Redis commands for 1,000 sold-out answers: {spent}"
+    # Nothing of this gunicorn's should reach Redis; the margin is for other processes
+    # sharing the server (the count is server-wide).
+    assert sum(spent.values()) <= 20, f"Redis commands for 1,000 sold-out answers: {spent}"
     print(f"Redis commands for 1,000 sold-out answers: {sum(spent.values())} {spent}")
     assert redis_remaining(activity.pk) == 0
     assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 5
