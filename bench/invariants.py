@@ -14,7 +14,7 @@ from seckill.scripts import run_snapshot
 
 
 class InvariantBroken(AssertionError):
-    pass
+    """A benchmark broke an invariant (oversell, a shopper twice, an identity): the run fails."""
 
 
 def invariants_check(*, activity_id: int, redis_path: bool = True) -> dict:

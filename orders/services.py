@@ -256,11 +256,11 @@ CANCEL_TIMEOUT = "timeout"
 
 
 class OrderNotPayable(Exception):
-    pass
+    """The order is cancelled, or past its deadline: the API answers 409 not_payable."""
 
 
 class OrderNotCancellable(Exception):
-    pass
+    """The order is paid: the API answers 409 not_cancellable."""
 
 
 def order_pay(*, order: Order, now=None) -> Order:
@@ -461,7 +461,7 @@ def order_deduction_repair(*, order: Order, reason: str = "reconcile_missing_ded
 
 
 class AnomalyActionError(Exception):
-    pass
+    """A staff action on an anomaly cannot be carried out; the admin shows why."""
 
 
 def _anomaly_log(*, anomaly: AnomalyOrder, action: str, by, note: str, result: str, resolve: bool) -> AnomalyOrder:
