@@ -30,8 +30,8 @@ def summarise(raw: Path, top: int) -> str:
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if not stack:
-            continue
+        if not stack or not count.isdigit():
+            continue  # py-spy now and then writes a garbled line for a frame it could not read
         n = int(count)
         frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
         if not frames:

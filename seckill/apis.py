@@ -14,13 +14,11 @@ from orders.serializers import OrderSerializer
 from .captcha import captcha_issue
 from .errors import ApiError
 from .gates import (
-    purchase_blacklist_check,
+    FrontPassed,
     purchase_body_parse,
-    purchase_captcha_check,
-    purchase_eligibility_check,
     purchase_front_check,
     purchase_front_gates,
-    purchase_front_passed,
+    purchase_shopper_check,
     traffic_limit_check,
 )
 from .models import Activity
@@ -39,14 +37,26 @@ NO_STORE = {"Cache-Control": "no-store, max-age=0"}
 _ERR = OpenApiResponse(ErrorSerializer)
 
 
+def plain_json(body: dict, *, status: int) -> JsonResponse:
+    """What a DRF Response would answer, without DRF."""
+    response = JsonResponse(body, status=status)
+    response.data = body  # as on a DRF Response: the purchase metrics read the code from it
+    return response
+
+
 def error_json(exc: ApiError) -> JsonResponse:
     """The same body and headers as the DRF exception handler, without DRF."""
-    body = {"code": exc.code, "detail": exc.detail}
-    response = JsonResponse(body, status=exc.status)
-    response.data = body  # as on a DRF Response: the purchase metrics read the code from it
+    response = plain_json({"code": exc.code, "detail": exc.detail}, status=exc.status)
     for name, value in exc.headers().items():
         response[name] = value
     return response
+
+
+def purchase_finish(request, passed: FrontPassed) -> dict:
+    """After the front gates: who may buy (403s), then the stock script (202/409/410/503)."""
+    purchase_shopper_check(request, activity=passed.activity, user_id=passed.user_id, body=passed.body, now=passed.now)
+    reserved = purchase_reserve(activity=passed.activity, user_id=passed.user_id, quantity=passed.body.quantity)
+    return {"code": "queued", "reservation": reserved.reservation_id, "remaining": reserved.remaining}
 
 
 def snapshot_or_404(activity_id: int) -> ActivitySnapshot:
@@ -93,12 +103,15 @@ class FlagApi(APIView):
 class PurchaseApi(APIView):
     @classmethod
     def as_view(cls, **initkwargs):
-        """The front gates answer first (see gates.purchase_front_gates); DRF does the rest."""
+        """A token-authenticated JSON purchase is answered without DRF (see
+        gates.purchase_front_gates); DRF answers the rest (sessions, malformed input)."""
         view = super().as_view(**initkwargs)
 
         def purchase(request, *args, **kwargs):
             try:
-                purchase_front_gates(request, activity_id=kwargs["activity_id"])
+                passed = purchase_front_gates(request, activity_id=kwargs["activity_id"])
+                if passed is not None:
+                    return plain_json(purchase_finish(request, passed), status=202)
             except ApiError as exc:
                 return error_json(exc)
             return view(request, *args, **kwargs)
@@ -117,16 +130,9 @@ class PurchaseApi(APIView):
         activity = snapshot_or_404(activity_id)
         body = purchase_body_parse(request.data, activity=activity)
         now = timezone.now()
-        user_id = request.user.pk
-        if not purchase_front_passed(request):
-            purchase_front_check(request, activity=activity, user_id=user_id, body=body, now=now)
-        purchase_blacklist_check(request, user_id=user_id)
-        purchase_eligibility_check(activity, user_id=user_id, now=now)
-        purchase_captcha_check(activity, user_id=user_id, body=body)
-        reserved = purchase_reserve(activity=activity, user_id=user_id, quantity=body.quantity)
-        return Response(
-            {"code": "queued", "reservation": reserved.reservation_id, "remaining": reserved.remaining}, status=202
-        )
+        purchase_front_check(request, activity=activity, user_id=request.user.pk, body=body, now=now)
+        passed = FrontPassed(activity, request.user.pk, body, now)
+        return Response(purchase_finish(request, passed), status=202)
 
 
 class CaptchaApi(APIView):

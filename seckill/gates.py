@@ -252,8 +252,6 @@ def purchase_captcha_check(activity: ActivitySnapshot, *, user_id: int, body: Pu
 
 # --- the front gates, before DRF ---------------------------------------------------------
 
-_FRONT_PASSED = "seckill_front_gates_passed"
-
 
 def purchase_front_check(request, *, activity: ActivitySnapshot, user_id: int, body: PurchaseBody, now) -> None:
     """Time window, token, sold-out memory, rate limits: the checks that turn most of a
@@ -264,34 +262,47 @@ def purchase_front_check(request, *, activity: ActivitySnapshot, user_id: int, b
     purchase_rate_check(request, activity=activity, user_id=user_id)
 
 
-def purchase_front_gates(request, *, activity_id: int) -> None:
+def purchase_shopper_check(request, *, activity: ActivitySnapshot, user_id: int, body: PurchaseBody, now) -> None:
+    """Who may buy: blacklist, eligibility, captcha (403), after the front checks."""
+    purchase_blacklist_check(request, user_id=user_id)
+    purchase_eligibility_check(activity, user_id=user_id, now=now)
+    purchase_captcha_check(activity, user_id=user_id, body=body)
+
+
+@dataclass(frozen=True)
+class FrontPassed:
+    """A token-authenticated JSON purchase that passed the front gates."""
+
+    activity: ActivitySnapshot
+    user_id: int
+    body: PurchaseBody
+    now: datetime
+
+
+def purchase_front_gates(request, *, activity_id: int) -> FrontPassed | None:
     """The front gates for an API client (token auth, JSON body) without DRF's request
-    machinery, which costs more than the gates themselves: most of a flash crowd is
-    answered "sold out" or "rate limited", and that answer should cost what the bare
-    JSON view costs. Raises ApiError to answer; returns to let the full view answer,
-    marking the request when every front gate passed so the view does not count it twice.
+    machinery, which costs more than the gates themselves: a flash crowd is nearly all
+    such requests, and most are answered "sold out" or "rate limited", which should
+    cost what the bare JSON view costs. Raises ApiError to answer; returns what passed,
+    for the purchase view to finish without DRF.
 
     Anything unusual (session auth, a bad key, another content type, a body that is not
-    JSON, an unknown activity) returns unmarked: the full view answers it as ever.
+    JSON, an unknown activity) returns None: the full DRF view answers it as ever.
     """
     if request.method != "POST" or request.content_type != "application/json":
-        return
+        return None
     auth = request.META.get("HTTP_AUTHORIZATION", "").split()
     if len(auth) != 2 or auth[0].lower() != "token":
-        return
+        return None
     try:
         user, _ = CachedTokenAuthentication().authenticate_credentials(auth[1])
         data = json.loads(request.body)
     except (AuthenticationFailed, ValueError, RecursionError):  # the full view answers these
-        return
+        return None
     activity = activity_snapshot(activity_id)
     if activity is None:
-        return
+        return None
     body = purchase_body_parse(data, activity=activity)
-    purchase_front_check(request, activity=activity, user_id=user.pk, body=body, now=timezone.now())
-    setattr(request, _FRONT_PASSED, True)
-
-
-def purchase_front_passed(request) -> bool:
-    """True when purchase_front_gates already passed this request (DRF wraps the request)."""
-    return getattr(getattr(request, "_request", request), _FRONT_PASSED, False)
+    now = timezone.now()
+    purchase_front_check(request, activity=activity, user_id=user.pk, body=body, now=now)
+    return FrontPassed(activity, user.pk, body, now)
