@@ -13,3 +13,11 @@ class ExpectedRejectionFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return getattr(record, "status_code", None) not in self.EXPECTED
+
+
+def expected_rejection_unlogged(response):
+    """Spare the hot path the log record the filter above would drop anyway: Django's
+    ``log_response`` skips a response marked as logged (as it marks the ones it logs)."""
+    if response.status_code in ExpectedRejectionFilter.EXPECTED:
+        response._has_been_logged = True
+    return response

@@ -9,6 +9,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.log_filters import expected_rejection_unlogged
 from orders.serializers import OrderSerializer
 
 from .captcha import captcha_issue
@@ -49,7 +50,7 @@ def error_json(exc: ApiError) -> JsonResponse:
     response = plain_json({"code": exc.code, "detail": exc.detail}, status=exc.status)
     for name, value in exc.headers().items():
         response[name] = value
-    return response
+    return expected_rejection_unlogged(response)
 
 
 def purchase_finish(request, passed: FrontPassed) -> dict:

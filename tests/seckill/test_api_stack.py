@@ -124,3 +124,27 @@ def test_a_bad_token_on_the_short_chain_is_a_clear_401(application):
     assert answer["status"] == 401
     assert json.loads(answer["body"])["code"] in {"authentication_failed", "not_authenticated"}
     assert int(stock_redis().get(ActivityKeys(activity.pk).stock)) == 5
+
+
+def test_expected_rejections_write_no_log_line_other_errors_do(application, caplog):
+    """A flood's 410s are counted by /metrics, not logged one by one; a 400 still is."""
+    activity = make_activity(stock=1)
+    first, second = make_users(2, prefix="logq")
+    token = activity_token_ensure(activity_id=activity.pk)
+    url = f"/api/activities/{activity.pk}/purchase"
+    assert (
+        call(application, "POST", url, headers={"Authorization": f"Token {token_of(first)}"}, body={"token": token})[
+            "status"
+        ]
+        == 202
+    )
+    with caplog.at_level("WARNING", logger="django.request"):
+        sold_out = call(
+            application, "POST", url, headers={"Authorization": f"Token {token_of(second)}"}, body={"token": token}
+        )
+        invalid = call(
+            application, "POST", url, headers={"Authorization": f"Token {token_of(second)}"}, body={"token": 5}
+        )
+    assert (sold_out["status"], invalid["status"]) == (410, 400)
+    logged = [getattr(r, "status_code", None) for r in caplog.records if r.name == "django.request"]
+    assert logged == [400]
