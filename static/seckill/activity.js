@@ -2,7 +2,7 @@
 // flag.js?v=<random> (never cached), the buy button, the captcha when the activity
 // asks for one, and the outcome.
 // The page itself is the same for every visitor; everything about the visitor comes
-// from /api/me and /api/activities/<id>/result, which are never cached.
+// from /api/me, /api/activities/<id>/result and the captcha call, which are never cached.
 (function () {
   "use strict";
   const sale = document.getElementById("sale");
