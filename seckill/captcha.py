@@ -3,13 +3,15 @@ deleted by the first answer, right or wrong, so none can be used twice or guesse
 
 The challenge is a small sum (no images); the point here is the protocol (server-side
 state, one attempt, bound to the shopper, short-lived), and the question can be swapped
-for a stronger one without touching it.
+for a stronger one without touching it. The question is in the request's language
+(LocaleMiddleware), so the shop's page shows it in the page's language.
 """
 
 import hmac
 import secrets
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from .keys import ActivityKeys
 from .selectors import gate_redis
@@ -20,7 +22,7 @@ def captcha_issue(*, activity_id: int, user_id: int) -> dict:
     challenge_id = secrets.token_urlsafe(18)
     ttl = settings.SECKILL_CAPTCHA_TTL
     gate_redis().set(ActivityKeys(activity_id).captcha(challenge_id), f"{user_id}:{a + b}", ex=ttl)
-    return {"captcha_id": challenge_id, "question": f"What is {a} + {b}?", "expires_in": ttl}
+    return {"captcha_id": challenge_id, "question": _("What is %(a)s + %(b)s?") % {"a": a, "b": b}, "expires_in": ttl}
 
 
 def captcha_consume(*, activity_id: int, user_id: int, challenge_id: str, answer: str) -> bool:

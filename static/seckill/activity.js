@@ -1,7 +1,8 @@
 // The activity page: countdown on the server's clock, the flag polled as
-// flag.js?v=<random> (never cached), the buy button, and the outcome.
+// flag.js?v=<random> (never cached), the buy button, the captcha when the activity
+// asks for one, and the outcome.
 // The page itself is the same for every visitor; everything about the visitor comes
-// from /api/me and /api/activities/<id>/result, which are never cached.
+// from /api/me, /api/activities/<id>/result and the captcha call, which are never cached.
 (function () {
   "use strict";
   const sale = document.getElementById("sale");
@@ -14,6 +15,10 @@
   const countdown = document.getElementById("countdown");
   const outcome = document.getElementById("outcome");
   const account = document.getElementById("account");
+  const captchaForm = document.getElementById("captcha");
+  const captchaQuestion = document.getElementById("captcha-question");
+  const captchaAnswer = document.getElementById("captcha-answer");
+  const captchaSubmit = document.getElementById("captcha-submit");
 
   const COOLDOWN_MS = 10000;
   const state = {
@@ -27,6 +32,9 @@
     me: null,
     csrf: "",
     order: null,
+    // Per activity, so it may sit in the cached page; a 403 captcha_required asks anyway.
+    captchaRequired: sale.dataset.captchaRequired === "true",
+    challenge: null, // the captcha_id on show; each one is good for a single answer
   };
   let pollTimer = null;
   let pollGeneration = 0;
@@ -185,7 +193,7 @@
   }
 
   // --- buying ------------------------------------------------------------------------------
-  async function buy() {
+  function buy() {
     if (button.disabled) return;
     state.cooldownUntil = performance.now() + COOLDOWN_MS;
     renderButton();
@@ -193,24 +201,75 @@
       renderButton();
       if (performance.now() >= state.cooldownUntil) clearInterval(cooldownTick);
     }, 250);
+    if (state.captchaRequired) return showChallenge(T.captcha_prompt, "info");
+    return purchase({});
+  }
+
+  async function purchase(captcha) {
     say(T.sending, "info");
-    let response, body;
-    try {
-      response = await fetch(`/api/activities/${id}/purchase`, {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "Content-Type": "application/json", "X-CSRFToken": state.csrf },
-        body: JSON.stringify({ token: state.token, quantity: 1 }),
-      });
-      body = await response.json().catch(() => ({}));
-    } catch (e) {
-      say(T.network, "error");
-      return;
+    const { response, body } = await post(`/api/activities/${id}/purchase`, { token: state.token, quantity: 1, ...captcha });
+    if (!response) {
+      hideChallenge(); // the next click on the button brings a new one
+      return say(T.network, "error");
     }
     handlePurchase(response.status, body.code || "", body);
   }
 
+  async function post(url, payload) {
+    try {
+      const response = await fetch(url, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: {
+          "Content-Type": "application/json",
+          "X-CSRFToken": state.csrf,
+          // The captcha's question comes in this language, whatever the browser prefers.
+          "Accept-Language": sale.dataset.language,
+        },
+        body: JSON.stringify(payload),
+      });
+      return { response, body: await response.json().catch(() => ({})) };
+    } catch (e) {
+      return { response: null, body: {} };
+    }
+  }
+
+  // --- the captcha: a fresh one-time challenge for every try ------------------------------
+  async function showChallenge(message, kind) {
+    hideChallenge();
+    const { response, body } = await post(`/api/activities/${id}/captcha`, {});
+    if (!response) return say(T.network, "error");
+    if (response.status !== 201) return handlePurchase(response.status, body.code || "", body);
+    state.captchaRequired = true;
+    state.challenge = body.captcha_id;
+    captchaQuestion.textContent = body.question;
+    captchaAnswer.value = "";
+    captchaSubmit.disabled = false;
+    captchaForm.hidden = false;
+    say(message, kind);
+    captchaAnswer.focus();
+  }
+
+  function hideChallenge() {
+    state.challenge = null;
+    captchaForm.hidden = true;
+  }
+
+  function answerChallenge(event) {
+    event.preventDefault();
+    const answer = captchaAnswer.value.trim();
+    if (!state.challenge || !answer) return captchaAnswer.focus();
+    const captcha = { captcha_id: state.challenge, captcha_answer: answer };
+    state.challenge = null; // one purchase per challenge, however often Enter is pressed
+    captchaSubmit.disabled = true;
+    purchase(captcha);
+  }
+
   function handlePurchase(status, code, body) {
+    if (code === "captcha_invalid" || code === "captcha_required") {
+      return showChallenge(code === "captcha_invalid" ? T.captcha_invalid : T.captcha_required, "warning");
+    }
+    hideChallenge();
     if (status === 202) {
       state.locked = true;
       say(T.queued, "success");
@@ -232,8 +291,6 @@
       say(T.not_eligible, "error");
     } else if (code === "blacklisted") {
       say(T.blacklisted, "error");
-    } else if (code === "captcha_required" || code === "captcha_invalid") {
-      say(T.captcha, "warning");
     } else if (code === "not_started") {
       say(T.not_started, "warning");
       poll();
@@ -340,6 +397,7 @@
   }
 
   button.addEventListener("click", buy);
+  captchaForm.addEventListener("submit", answerChallenge);
   (function tick() {
     render();
     setTimeout(tick, 200);

@@ -1,13 +1,14 @@
 """Blacklist, eligibility and captcha: the 403 codes of API.md, and the stock untouched.
 Django's test client against the real PostgreSQL and Redis."""
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import override_settings
-from django.utils import timezone
+from django.utils import timezone, translation
 from rest_framework.test import APIClient
 
 from seckill.captcha import captcha_consume, captcha_issue
@@ -181,6 +182,20 @@ def test_captcha_missing_wrong_reused_and_someone_elses_are_refused():
         client, activity, captcha_id=challenge["captcha_id"], captcha_answer=answer_of(challenge["question"])
     )
     assert response.json()["code"] == "captcha_invalid"
+    assert redis_remaining(activity.pk) == 9
+
+
+def test_the_question_comes_in_the_language_the_page_asks_for():
+    """The activity page sends its own language; the zh-Hans page shows a Chinese question."""
+    activity = gated(make_activity(stock=10), captcha_required=True)
+    (user,) = make_users(1)
+    client = client_for(user)
+    # The request switches this thread's language (LocaleMiddleware); override switches it back after.
+    with translation.override("en"):
+        challenge = client.post(f"/api/activities/{activity.pk}/captcha", HTTP_ACCEPT_LANGUAGE="zh-hans").json()
+    a, b = re.fullmatch(r"(\d+) 加 (\d+) 等于多少？", challenge["question"]).groups()
+    response = buy(client, activity, captcha_id=challenge["captcha_id"], captcha_answer=str(int(a) + int(b)))
+    assert response.status_code == 202
     assert redis_remaining(activity.pk) == 9
 
 

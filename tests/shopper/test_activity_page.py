@@ -101,6 +101,31 @@ def test_conditional_get_answers_304_until_the_page_changes():
     assert ended.status_code == 200 and ended["ETag"] != changed["ETag"]
 
 
+def test_a_captcha_activity_says_so_in_its_shared_page_and_nothing_more():
+    """Whether a captcha is needed is per activity, so it may be in the cached page; the
+    challenge itself is per shopper and only ever comes from the captcha API."""
+    activity = make_activity()
+    before = Client().get(page_url(activity))
+    assert b'data-captcha-required="false"' in before.content
+
+    # Turned on without save() (no new updated_at): still a new page at once.
+    Activity.objects.filter(pk=activity.pk).update(captcha_required=True)
+    shopper = logged_in_client(UserFactory())
+    assert shopper.post(f"/api/activities/{activity.pk}/captcha").status_code == 201  # one for this shopper
+    responses = [Client().get(page_url(activity)), shopper.get(page_url(activity))]
+    for response in responses:
+        assert_shared(response)
+    assert len({r.content for r in responses}) == 1
+    assert responses[0]["ETag"] != before["ETag"]
+    body = responses[0].content.decode()
+    assert 'data-captcha-required="true"' in body
+    assert '<p id="captcha-question" class="captcha-question"></p>' in body  # filled in by the script
+    assert '<form id="captcha" class="captcha" hidden>' in body
+    assert "captcha_id" not in body
+    chinese = Client().get(page_url(activity, "zh-hans")).content.decode()
+    assert "安全验证" in chinese and "确认抢购" in chinese  # "Security check", "Confirm and buy"
+
+
 def test_unknown_activity_is_404_and_other_methods_405():
     assert Client().get("/seckill/999999/").status_code == 404
     activity = make_activity(started=False)

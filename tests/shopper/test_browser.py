@@ -12,6 +12,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from orders.models import Order, Payment
+from seckill.selectors import redis_remaining
+from seckill.services import activity_save
 from tests.factories import ProductFactory, UserFactory, make_activity
 from tests.helpers import wait_until
 
@@ -35,9 +37,9 @@ def remaining_ms(page) -> int | None:
     return int(value) if value else None
 
 
-def shot(page, folder, name: str) -> None:
+def shot(page, folder, name: str, *, full_page: bool = False) -> None:
     path = folder / f"{name}.png"
-    page.screenshot(path=str(path))
+    page.screenshot(path=str(path), full_page=full_page)
     assert path.stat().st_size > 1000
 
 
@@ -58,14 +60,19 @@ def demo_activity(seconds_to_start: float, stock: int = 3):
     return activity, start
 
 
-def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context, screenshot_dir):
-    user = UserFactory(username="alice")
-    page = browser_context.new_page()
+def logged_in_page(context, shop_server, username: str):
+    user = UserFactory(username=username)
+    page = context.new_page()
     page.goto(f"{shop_server}/accounts/login/?next=/orders/")
     page.get_by_label("Username").fill(user.username)
     page.get_by_label("Password").fill("pw-for-tests")
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url("**/orders/")
+    return user, page
+
+
+def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context, screenshot_dir):
+    user, page = logged_in_page(browser_context, shop_server, "alice")
     activity, start = demo_activity(seconds_to_start=20)
     page.goto(f"{shop_server}/seckill/{activity.pk}/")
     expect(page.locator("#account")).to_contain_text("alice")  # from /api/me, not from the cached page
@@ -175,3 +182,68 @@ def test_a_chinese_browser_lands_on_the_chinese_page(shop_server, chromium_brows
         assert "/zh-hans/" not in page.url
     finally:
         context.close()
+
+
+def sum_asked(question: str) -> int:
+    a, b = re.fullmatch(r"What is (\d+) \+ (\d+)\?", question).groups()
+    return int(a) + int(b)
+
+
+def test_a_wrong_captcha_answer_brings_a_new_question_and_the_right_one_buys(
+    shop_server, celery_worker, browser_context, screenshot_dir
+):
+    user, page = logged_in_page(browser_context, shop_server, "carol")
+    activity, _ = demo_activity(seconds_to_start=-5)  # on sale already
+    activity.captcha_required = True  # as a merchant ticks it in admin
+    activity_save(activity=activity)
+    page.goto(f"{shop_server}/seckill/{activity.pk}/")
+    expect(page.locator("#account")).to_contain_text("carol")
+
+    challenges, purchases = [], []
+    page.on("request", lambda r: r.method == "POST" and r.url.endswith("/captcha") and challenges.append(r))
+    page.on("request", lambda r: r.method == "POST" and r.url.endswith("/purchase") and purchases.append(r))
+    form, question, outcome = page.locator("#captcha"), page.locator("#captcha-question"), page.locator("#outcome")
+    answer = page.get_by_label("Your answer")
+
+    # The click fetches a challenge and shows it; no purchase leaves before it is answered.
+    expect(form).to_be_hidden()
+    page.locator("#buy").click()
+    expect(page.locator("#buy")).to_be_disabled()  # the 10-second grey button as before
+    expect(form).to_be_visible()
+    expect(outcome).to_contain_text("Answer the security question to confirm your purchase.")
+    assert len(challenges) == 1  # its answer is on the page, so Playwright has seen it
+    first = challenges[0].response().json()
+    expect(question).to_have_text(first["question"])
+    expect(answer).to_be_focused()
+    assert purchases == []
+
+    answer.fill(str(sum_asked(first["question"]) + 1))
+    page.get_by_role("button", name="Confirm and buy").click()
+    expect(outcome).to_contain_text("That answer was wrong or has expired. Please answer this new question.")
+    assert len(challenges) == 2
+    second = challenges[1].response().json()
+    assert second["captcha_id"] != first["captcha_id"]
+    expect(question).to_have_text(second["question"])
+    expect(answer).to_have_value("")
+    assert len(purchases) == 1
+    assert purchases[0].post_data_json["captcha_id"] == first["captcha_id"]
+    assert purchases[0].response().status == 403 and purchases[0].response().json()["code"] == "captcha_invalid"
+    assert redis_remaining(activity.pk) == 3 and not Order.objects.filter(activity=activity).exists()
+    shot(page, screenshot_dir, "6-captcha-wrong-answer", full_page=True)  # the focused field scrolled the page
+
+    answer.fill(str(sum_asked(second["question"])))
+    answer.press("Enter")
+    page.keyboard.press("Enter")  # the challenge is spent: this one sends nothing
+    expect(outcome).to_contain_text(re.compile(r"You got it! Pay within \d\d:\d\d"), timeout=90_000)
+    expect(form).to_be_hidden()
+    assert len(purchases) == 2 and len(challenges) == 2
+    assert purchases[1].post_data_json == {
+        "token": purchases[0].post_data_json["token"],
+        "quantity": 1,
+        "captcha_id": second["captcha_id"],
+        "captcha_answer": str(sum_asked(second["question"])),
+    }
+    assert purchases[1].response().status == 202
+    order = Order.objects.get(activity=activity)
+    assert order.user == user and order.status == Order.Status.PENDING and order.quantity == 1
+    assert redis_remaining(activity.pk) == 2
