@@ -1,14 +1,15 @@
 """CPU per order of the batched drain (reservations -> orders), in one process.
 
-    .venv/bin/python -m bench.drain_measure                    # 10,000 reservations
-    .venv/bin/python -m bench.drain_measure --reservations 2000 --profile
+    .venv/bin/python -m bench.drain_measure                    # 10,000 reservations, 3 rounds
+    .venv/bin/python -m bench.drain_measure --reservations 2000 --rounds 1 --profile
 
 Starts (or reuses) the embedded PostgreSQL and Redis with the bench's own database and
-Redis databases (bench.stack.bench_environment), makes N reservations through the real
-purchase script, then runs ``seckill.services.reservations_drain`` here, as the drain
-task does. Reports wall time, orders/s, and CPU per order: this process (Python) plus
+Redis databases (bench.stack.bench_environment). Each round makes N reservations on a
+fresh activity through the real purchase script, then runs
+``seckill.services.reservations_drain`` here, as the drain task does, and checks the
+invariants. Reports wall time, orders/s, and CPU per order: this process (Python) plus
 the PostgreSQL and Redis server processes. CPU per order is the figure that survives a
-busy machine; wall time does not. The invariants are checked afterwards.
+busy machine; wall time does not. The median round is the one to quote.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import cProfile
 import io
 import os
 import pstats
+import statistics
 import sys
 import time
 
@@ -25,7 +27,8 @@ import time
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.drain_measure")
     parser.add_argument("--reservations", type=int, default=10_000)
-    parser.add_argument("--profile", action="store_true", help="cProfile the drain and print the top functions")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="cProfile the drains and print the top functions")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args(argv)
 
@@ -51,43 +54,50 @@ def main(argv: list[str]) -> int:
         from .invariants import invariants_check
 
         n = args.reservations
+        # The same shoppers buy in every round: each round has its own activity.
         user_ids = shoppers_create(n, stack.BASE_DIR / ".local" / "drain-tokens.txt")
-        activity = activity_new(title="drain measure", stock=n)
-        client, keys = stock_redis(), ActivityKeys(activity.pk)
-        for user_id in user_ids:
-            reply = run_purchase(client, keys, user_id=user_id, quantity=1, limit=1)
-            if reply.code != ScriptCode.RESERVED:
-                raise AssertionError(f"reservation for {user_id} failed: {reply}")
-        connection.ensure_connection()  # its backend must be among the store's processes
-        store = stack.store_pids()
         profiler = cProfile.Profile() if args.profile else None
+        rounds = []
+        for _ in range(args.rounds):
+            activity = activity_new(title="drain measure", stock=n)
+            client, keys = stock_redis(), ActivityKeys(activity.pk)
+            for user_id in user_ids:
+                reply = run_purchase(client, keys, user_id=user_id, quantity=1, limit=1)
+                if reply.code != ScriptCode.RESERVED:
+                    raise AssertionError(f"reservation for {user_id} failed: {reply}")
+            connection.ensure_connection()  # its backend must be among the store's processes
+            store = stack.store_pids()
 
-        store_before, cpu_before, wall_before = stack.cpu_seconds(store), time.process_time(), time.perf_counter()
-        if profiler:
-            profiler.enable()
-        outcome = reservations_drain(activity_id=activity.pk)
-        if profiler:
-            profiler.disable()
-        wall = time.perf_counter() - wall_before
-        python_cpu = time.process_time() - cpu_before
-        store_cpu = stack.cpu_seconds(store) - store_before
+            store_before, cpu_before, wall_before = stack.cpu_seconds(store), time.process_time(), time.perf_counter()
+            if profiler:
+                profiler.enable()
+            outcome = reservations_drain(activity_id=activity.pk)
+            if profiler:
+                profiler.disable()
+            wall = time.perf_counter() - wall_before
+            python_cpu = time.process_time() - cpu_before
+            store_cpu = stack.cpu_seconds(store) - store_before
 
-        made = Order.objects.filter(activity_id=activity.pk).count()
-        if outcome.created != n or made != n:
-            raise AssertionError(f"the drain created {outcome.created} orders ({made} rows) of {n}")
-        invariants_check(activity_id=activity.pk)  # raises when broken
+            made = Order.objects.filter(activity_id=activity.pk).count()
+            if outcome.created != n or made != n:
+                raise AssertionError(f"the drain created {outcome.created} orders ({made} rows) of {n}")
+            invariants_check(activity_id=activity.pk)  # raises when broken
+            rounds.append((wall, 1000 * python_cpu / n, 1000 * store_cpu / n))
         if profiler:
             for key in ("cumulative", "tottime"):
                 out = io.StringIO()
                 pstats.Stats(profiler, stream=out).sort_stats(key).print_stats(args.top)
                 print(out.getvalue())
-        print(f"batched drain, {n} reservations, {settings.SECKILL_ORDER_BATCH_SIZE} per transaction (invariants ok)")
-        print(f"  wall            {wall:8.2f} s   ({n / wall:,.0f} orders/s)")
-        print(f"  Python CPU      {1000 * python_cpu / n:8.3f} ms/order")
-        print(f"  PG + Redis CPU  {1000 * store_cpu / n:8.3f} ms/order")
-        print(f"  total CPU       {1000 * (python_cpu + store_cpu) / n:8.3f} ms/order")
+        print(f"batched drain of {n} reservations, {settings.SECKILL_ORDER_BATCH_SIZE} per transaction, invariants ok")
+        header = ("round", "wall s", "orders/s", "Python ms/order", "PG+Redis ms/order", "total")
+        print("{:>6} {:>8} {:>9} {:>16} {:>18} {:>7}".format(*header))
+        for label, (wall, py, st) in [
+            *((str(i + 1), r) for i, r in enumerate(rounds)),
+            ("median", tuple(statistics.median(r[k] for r in rounds) for k in range(3))),
+        ]:
+            print(f"{label:>6} {wall:8.2f} {n / wall:9,.0f} {py:16.3f} {st:18.3f} {py + st:7.3f}")
         if profiler:
-            print("  (under cProfile: the Python figure is inflated)")
+            print("(under cProfile: the Python figures are inflated)")
     finally:
         from config import embedded
 

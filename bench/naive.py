@@ -12,15 +12,14 @@ from django.conf import settings
 from django.db import transaction
 
 from inventory.services import InsufficientStock, stock_deduct
-from orders.models import Order
-from orders.services import _insert_orders
+from orders.services import NewOrder, _insert_orders
 from seckill.errors import ApiError
 from seckill.models import Activity
 from seckill.scripts import LogEntry
 from seckill.selectors import ActivitySnapshot
 
 
-def naive_purchase(*, activity: ActivitySnapshot, user_id: int, quantity: int) -> Order:
+def naive_purchase(*, activity: ActivitySnapshot, user_id: int, quantity: int) -> NewOrder:
     """Insert the order and take the stock in one transaction; 409 / 410 like the real path."""
     entry = LogEntry(reservation_id=f"db{uuid4().hex[:20]}", user_id=user_id, quantity=quantity, shard=0)
     # Bench activities use the default payment deadline; building the row from the cached

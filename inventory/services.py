@@ -6,8 +6,9 @@ the stock is really gone, and nothing was written.
 
 from collections.abc import Iterable, Sequence
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from .models import SeckillStock, StockMovement
 
@@ -62,9 +63,24 @@ def stock_return(*, activity_id: int, orders: Iterable, reason: str) -> None:
     _ledger_write(activity_id=activity_id, orders=orders, kind=StockMovement.Kind.RETURN, reason=reason)
 
 
+# The ledger rows of a batch in one statement of fixed text (orders and quantities as
+# arrays): no model instance per row.
+_LEDGER_SQL = """
+INSERT INTO {table} (activity_id, order_id, kind, quantity, reason, created_at)
+SELECT %s, m.order_id, %s, m.quantity, %s, %s
+FROM unnest(%s::bigint[], %s::integer[]) WITH ORDINALITY AS m(order_id, quantity, position)
+ORDER BY m.position
+"""
+
+
 def _ledger_write(*, activity_id: int, orders: Iterable, kind: str, reason: str) -> None:
     """One ledger row per order: every change of ``available`` is explained."""
-    StockMovement.objects.bulk_create(
-        StockMovement(activity_id=activity_id, order_id=o.pk, kind=kind, quantity=o.quantity, reason=reason)
-        for o in orders
-    )
+    order_ids, quantities = [], []
+    for o in orders:
+        order_ids.append(o.pk)
+        quantities.append(o.quantity)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _LEDGER_SQL.format(table=StockMovement._meta.db_table),
+            [activity_id, kind, reason, timezone.now(), order_ids, quantities],
+        )
