@@ -167,17 +167,24 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def postgres_pids() -> list[int]:
+    """The embedded PostgreSQL (postmaster and backends), when it runs here."""
+    pg_pid = embedded.PG_DATA / "postmaster.pid"
+    if not pg_pid.exists():
+        return []
+    master = int(pg_pid.read_text().split("\n", 1)[0])
+    return [master, *_children(master)]
+
+
+def redis_pids() -> list[int]:
+    """The embedded Redis, when it runs here."""
+    redis_pid = embedded.REDIS_DIR / "redis.pid"
+    return [int(redis_pid.read_text().strip())] if redis_pid.exists() else []
+
+
 def store_pids() -> list[int]:
     """The embedded PostgreSQL (postmaster and backends) and Redis, when they run here."""
-    pids = []
-    pg_pid = embedded.PG_DATA / "postmaster.pid"
-    if pg_pid.exists():
-        master = int(pg_pid.read_text().split("\n", 1)[0])
-        pids += [master, *_children(master)]
-    redis_pid = embedded.REDIS_DIR / "redis.pid"
-    if redis_pid.exists():
-        pids.append(int(redis_pid.read_text().strip()))
-    return pids
+    return postgres_pids() + redis_pids()
 
 
 def cpu_seconds(pids: list[int]) -> float:
