@@ -1,7 +1,8 @@
 """Every write to ``SeckillStock`` and its ledger lives here; callers never touch stock rows.
 
-Arithmetic is a conditional UPDATE with ``F()`` expressions: zero rows updated means
-the stock is really gone, and nothing was written.
+Arithmetic is a conditional UPDATE (``available >= q``, ``version + 1``) in the database:
+zero rows updated means the stock is really gone, and nothing was written. Deductions
+and returns write the UPDATE and their ledger rows in one statement (``_stock_move``).
 """
 
 from collections.abc import Iterable, Sequence
@@ -34,18 +35,22 @@ def stock_deduct(*, activity_id: int, orders: Sequence, reason: str = "order_cre
     """Take the units of ``orders`` (already inserted, same transaction) from the stock,
     leaving at least ``keep`` units (the database path keeps the safety stock).
 
-    Raises InsufficientStock before writing anything when the guard fails.
+    Raises InsufficientStock, having written nothing, when the guard fails.
     """
     units = sum(o.quantity for o in orders)
     if units <= 0:
         return
     assert transaction.get_connection().in_atomic_block, "deduct together with the order insert"
-    updated = SeckillStock.objects.filter(activity_id=activity_id, available__gte=units + keep).update(
-        available=F("available") - units, version=F("version") + 1
-    )
-    if not updated:
+    if not _stock_move(
+        activity_id=activity_id,
+        orders=orders,
+        delta=-units,
+        guard="available >= %(bound)s",
+        bound=units + keep,
+        kind=StockMovement.Kind.DEDUCT,
+        reason=reason,
+    ):
         raise InsufficientStock(f"activity {activity_id}: fewer than {units} units available")
-    _ledger_write(activity_id=activity_id, orders=orders, kind=StockMovement.Kind.DEDUCT, reason=reason)
 
 
 def stock_return(*, activity_id: int, orders: Iterable, reason: str) -> None:
@@ -55,32 +60,56 @@ def stock_return(*, activity_id: int, orders: Iterable, reason: str) -> None:
     if units <= 0:
         return
     assert transaction.get_connection().in_atomic_block, "return together with the status change"
-    updated = SeckillStock.objects.filter(activity_id=activity_id, available__lte=F("total") - units).update(
-        available=F("available") + units, version=F("version") + 1
-    )
-    if not updated:
+    if not _stock_move(
+        activity_id=activity_id,
+        orders=orders,
+        delta=units,
+        guard="available <= total - %(bound)s",
+        bound=units,
+        kind=StockMovement.Kind.RETURN,
+        reason=reason,
+    ):
         raise InsufficientStock(f"activity {activity_id}: returning {units} units would exceed the total")
-    _ledger_write(activity_id=activity_id, orders=orders, kind=StockMovement.Kind.RETURN, reason=reason)
 
 
-# The ledger rows of a batch in one statement of fixed text (orders and quantities as
-# arrays): no model instance per row.
-_LEDGER_SQL = """
-INSERT INTO {table} (activity_id, order_id, kind, quantity, reason, created_at)
-SELECT %s, m.order_id, %s, m.quantity, %s, %s
-FROM unnest(%s::bigint[], %s::integer[]) WITH ORDINALITY AS m(order_id, quantity, position)
+# The conditional UPDATE and the ledger rows in one statement: when the guard matches
+# no row, no ledger row is written either. A batch costs one round trip, and no model
+# instance or ORM compilation per call; the rows travel as arrays.
+_STOCK_MOVE_SQL = """
+WITH moved AS (
+    UPDATE {stock} SET available = available + %(delta)s, version = version + 1
+    WHERE activity_id = %(activity_id)s AND {guard}
+    RETURNING activity_id
+)
+INSERT INTO {ledger} (activity_id, order_id, kind, quantity, reason, created_at)
+SELECT moved.activity_id, m.order_id, %(kind)s, m.quantity, %(reason)s, %(now)s
+FROM moved, unnest(%(order_ids)s::bigint[], %(quantities)s::integer[])
+     WITH ORDINALITY AS m(order_id, quantity, position)
 ORDER BY m.position
 """
 
 
-def _ledger_write(*, activity_id: int, orders: Iterable, kind: str, reason: str) -> None:
-    """One ledger row per order: every change of ``available`` is explained."""
+def _stock_move(
+    *, activity_id: int, orders: Iterable, delta: int, guard: str, bound: int, kind: str, reason: str
+) -> bool:
+    """Change ``available`` by ``delta`` where ``guard`` holds, and write one ledger row per
+    order (every change of ``available`` is explained). False, nothing written, when the
+    guard failed."""
     order_ids, quantities = [], []
     for o in orders:
         order_ids.append(o.pk)
         quantities.append(o.quantity)
+    sql = _STOCK_MOVE_SQL.format(stock=SeckillStock._meta.db_table, ledger=StockMovement._meta.db_table, guard=guard)
+    params = {
+        "delta": delta,
+        "activity_id": activity_id,
+        "bound": bound,
+        "kind": kind,
+        "reason": reason,
+        "now": timezone.now(),
+        "order_ids": order_ids,
+        "quantities": quantities,
+    }
     with connection.cursor() as cursor:
-        cursor.execute(
-            _LEDGER_SQL.format(table=StockMovement._meta.db_table),
-            [activity_id, kind, reason, timezone.now(), order_ids, quantities],
-        )
+        cursor.execute(sql, params)
+        return cursor.rowcount > 0

@@ -9,6 +9,8 @@ import json
 import random
 import threading
 import urllib.request
+from datetime import timedelta
+from decimal import Decimal
 
 import psycopg
 import pytest
@@ -16,11 +18,11 @@ import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Count, Sum
+from django.db.models import Count, F, Sum
 
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
-from orders.services import order_cancel, orders_create_from_reservations
+from orders.services import order_cancel, order_number, orders_create_from_reservations
 from orders.tasks import order_create_task
 from seckill.keys import ActivityKeys
 from seckill.reconciliation import reconcile
@@ -213,6 +215,43 @@ def test_duplicate_reservation_of_a_shopper_with_a_live_order_is_released():
     assert redis_remaining(activity.pk) == 5
     again = run_purchase(stock_redis(), ActivityKeys(activity.pk), user_id=user.pk, quantity=1, limit=1)
     assert again.code == ScriptCode.RESERVED
+
+
+def test_a_batch_the_database_cannot_fully_honour_writes_nothing_then_goes_one_by_one():
+    """One batch with a reservation ordered before, mixed quantities, and two units fewer
+    in the database than Redis sold: the batch's statements write nothing, then each
+    reservation alone gets its order and its ledger row, or its units back in Redis."""
+    activity = make_activity(stock=10, per_user_limit=3, seckill_price=Decimal("2.50"), pay_timeout=600)
+    users = make_users(5)
+    entries = [reserve(activity, u, quantity=q) for u, q in zip(users, [1, 3, 2, 1, 3], strict=True)]
+    orders_create_from_reservations(activity_id=activity.pk, entries=entries[:1])
+    SeckillStock.objects.filter(activity=activity).update(available=F("available") - 2)  # 7 left, 9 asked
+    version = SeckillStock.objects.get(activity=activity).version
+
+    outcome = orders_create_from_reservations(activity_id=activity.pk, entries=list(reversed(entries)))
+
+    ids = [e.reservation_id for e in entries]
+    assert (outcome.created, outcome.already_done, outcome.released) == (ids[1:4], ids[:1], ids[4:])
+    orders = {o.reservation_id: o for o in Order.objects.filter(activity=activity)}
+    assert sorted(orders) == sorted(ids[:4])
+    for entry in entries[:4]:
+        order = orders[entry.reservation_id]
+        assert order.order_no == order_number(activity_id=activity.pk, entry=entry)
+        assert (order.user_id, order.quantity, order.shard) == (entry.user_id, entry.quantity, 0)
+        assert order.status == Order.Status.PENDING
+        assert order.amount == Decimal("2.50") * entry.quantity
+        assert order.pay_deadline == order.created_at + timedelta(seconds=600)
+    deducts = StockMovement.objects.filter(activity=activity, kind=StockMovement.Kind.DEDUCT)
+    assert {(m.order_id, m.quantity, m.reason) for m in deducts} == {
+        (o.pk, o.quantity, "order_created") for o in orders.values()
+    }
+    stock = SeckillStock.objects.get(activity=activity)
+    # The failed batch moved nothing; the three orders made one by one moved 6 units.
+    assert (stock.available, stock.version) == (1, version + 3)
+    assert redis_remaining(activity.pk) == 3  # the refused reservation's units came back
+    assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
+    anomaly = AnomalyOrder.objects.get(activity=activity)
+    assert (anomaly.kind, anomaly.reservation_id) == (AnomalyOrder.Kind.DB_GUARD_FAILED, ids[4])
 
 
 # --- lost enqueue, killed worker, poison ---------------------------------------------------
