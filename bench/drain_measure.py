@@ -7,9 +7,9 @@ Starts (or reuses) the embedded PostgreSQL and Redis with the bench's own databa
 Redis databases (bench.stack.bench_environment). Each round makes N reservations on a
 fresh activity through the real purchase script, then runs
 ``seckill.services.reservations_drain`` here, as the drain task does, and checks the
-invariants. Reports wall time, orders/s, and CPU per order: this process (Python) plus
-the PostgreSQL and the Redis server processes, each. CPU per order is the figure that survives a
-busy machine; wall time does not. Quote the medians (of each column).
+invariants. Reports wall time, orders/s, and the CPU per order of this process (Python),
+of the PostgreSQL and of the Redis server processes. CPU per order is the figure that
+survives a busy machine; wall time does not. Quote the medians (of each column).
 """
 
 from __future__ import annotations

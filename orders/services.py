@@ -135,9 +135,7 @@ def _insert_orders(activity: Activity, entries: list[LogEntry]) -> list[NewOrder
     with connection.cursor() as cursor:
         cursor.execute(_INSERT_ORDERS_SQL.format(table=Order._meta.db_table), params)
         returned = cursor.fetchall()
-    return [
-        NewOrder(pk, no, activity.pk, uid, q, rid, shard, deadline) for pk, no, uid, q, rid, shard in returned
-    ]
+    return [NewOrder(pk, no, activity.pk, uid, q, rid, shard, deadline) for pk, no, uid, q, rid, shard in returned]
 
 
 _REFUSAL_REASONS = {AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock", AnomalyOrder.Kind.DUPLICATE_RESERVATION: "duplicate"}
