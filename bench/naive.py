@@ -8,13 +8,11 @@ shop itself never takes this path.
 
 from uuid import uuid4
 
-from django.conf import settings
 from django.db import transaction
 
 from inventory.services import InsufficientStock, stock_deduct
 from orders.services import NewOrder, _insert_orders
 from seckill.errors import ApiError
-from seckill.models import Activity
 from seckill.scripts import LogEntry
 from seckill.selectors import ActivitySnapshot
 
@@ -22,16 +20,12 @@ from seckill.selectors import ActivitySnapshot
 def naive_purchase(*, activity: ActivitySnapshot, user_id: int, quantity: int) -> NewOrder:
     """Insert the order and take the stock in one transaction; 409 / 410 like the real path."""
     entry = LogEntry(reservation_id=f"db{uuid4().hex[:20]}", user_id=user_id, quantity=quantity, shard=0)
-    # Bench activities use the default payment deadline; building the row from the cached
-    # snapshot keeps a per-request activity query out of the contrast.
-    row = Activity(
-        pk=activity.id, seckill_price=activity.seckill_price, pay_timeout=settings.SECKILL_DEFAULT_PAY_TIMEOUT
-    )
     try:
         with transaction.atomic():
-            # The same INSERT … ON CONFLICT DO NOTHING the order consumer uses: a shopper
-            # with a live order already gets no row back.
-            inserted = _insert_orders(row, [entry])
+            # The same INSERT … ON CONFLICT DO NOTHING the order consumer uses (price and
+            # deadline read from the activity's row in it): a shopper with a live order
+            # already gets no row back.
+            inserted = _insert_orders(activity_id=activity.id, entries=[entry])
             if not inserted:
                 raise ApiError(409, "duplicate", "You have already taken part in this sale.")
             stock_deduct(activity_id=activity.id, orders=inserted)

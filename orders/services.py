@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 import redis
@@ -87,16 +87,22 @@ def anomaly_open(
 
 
 # One statement text whatever the batch size: the rows travel as arrays, so the driver
-# neither parses a thousand placeholders nor adapts each value on its own.
+# neither parses a thousand placeholders nor adapts each value on its own. The price and
+# the payment timeout come from the activity's row in the same statement (no activity
+# query per batch).
 _INSERT_ORDERS_SQL = """
-INSERT INTO {table} (order_no, activity_id, user_id, quantity, amount, status, cancel_reason, shard,
-                     reservation_id, pay_deadline, created_at)
-SELECT r.order_no, %s, r.user_id, r.quantity, %s * r.quantity, %s, '', r.shard, r.reservation_id, %s, %s
-FROM unnest(%s::varchar[], %s::bigint[], %s::integer[], %s::smallint[], %s::varchar[])
-     WITH ORDINALITY AS r(order_no, user_id, quantity, shard, reservation_id, position)
+INSERT INTO {orders} (order_no, activity_id, user_id, quantity, amount, status, cancel_reason, shard,
+                      reservation_id, pay_deadline, created_at)
+SELECT r.order_no, a.id, r.user_id, r.quantity, a.seckill_price * r.quantity, %(status)s, '', r.shard,
+       r.reservation_id, %(now)s + make_interval(secs => a.pay_timeout), %(now)s
+FROM {activities} AS a,
+     unnest(%(order_nos)s::varchar[], %(user_ids)s::bigint[], %(quantities)s::integer[],
+            %(shards)s::smallint[], %(reservation_ids)s::varchar[])
+         WITH ORDINALITY AS r(order_no, user_id, quantity, shard, reservation_id, position)
+WHERE a.id = %(activity_id)s
 ORDER BY r.position
 ON CONFLICT DO NOTHING
-RETURNING id, order_no, user_id, quantity, reservation_id, shard
+RETURNING id, order_no, user_id, quantity, reservation_id, shard, pay_deadline
 """
 
 
@@ -114,28 +120,28 @@ class NewOrder(NamedTuple):
     pay_deadline: datetime
 
 
-def _insert_orders(activity: Activity, entries: list[LogEntry]) -> list[NewOrder]:
+def _insert_orders(*, activity_id: int, entries: list[LogEntry]) -> list[NewOrder]:
     """INSERT … ON CONFLICT DO NOTHING: rows that clash with either unique constraint
-    (reservation already ordered, or shopper already holds a live order) are skipped.
-    Rows are inserted in the order of ``entries``."""
-    now = timezone.now()
-    deadline = now + timedelta(seconds=activity.pay_timeout)
-    params = [
-        activity.pk,
-        activity.seckill_price,
-        Order.Status.PENDING,
-        deadline,
-        now,
-        [order_number(activity_id=activity.pk, entry=e) for e in entries],
-        [e.user_id for e in entries],
-        [e.quantity for e in entries],
-        [e.shard for e in entries],
-        [e.reservation_id for e in entries],
-    ]
+    (reservation already ordered, or shopper already holds a live order) are skipped,
+    and so is every row when the activity does not exist. Rows are inserted in the
+    order of ``entries``."""
+    params = {
+        "activity_id": activity_id,
+        "status": Order.Status.PENDING,
+        "now": timezone.now(),
+        "order_nos": [order_number(activity_id=activity_id, entry=e) for e in entries],
+        "user_ids": [e.user_id for e in entries],
+        "quantities": [e.quantity for e in entries],
+        "shards": [e.shard for e in entries],
+        "reservation_ids": [e.reservation_id for e in entries],
+    }
+    sql = _INSERT_ORDERS_SQL.format(orders=Order._meta.db_table, activities=Activity._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_ORDERS_SQL.format(table=Order._meta.db_table), params)
+        cursor.execute(sql, params)
         returned = cursor.fetchall()
-    return [NewOrder(pk, no, activity.pk, uid, q, rid, shard, deadline) for pk, no, uid, q, rid, shard in returned]
+    return [
+        NewOrder(pk, no, activity_id, uid, q, rid, shard, deadline) for pk, no, uid, q, rid, shard, deadline in returned
+    ]
 
 
 _REFUSAL_REASONS = {AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock", AnomalyOrder.Kind.DUPLICATE_RESERVATION: "duplicate"}
@@ -177,12 +183,11 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
     outcome = BatchOutcome()
     if not entries:
         return outcome
-    activity = Activity.objects.only("pk", "seckill_price", "pay_timeout").get(pk=activity_id)
     # A consistent order of inserts keeps two concurrent batches from deadlocking.
     entries = sorted(entries, key=lambda e: (e.shard, e.reservation_id))
     try:
         with transaction.atomic():
-            inserted = _insert_orders(activity, entries)
+            inserted = _insert_orders(activity_id=activity_id, entries=entries)
             stock_deduct(activity_id=activity_id, orders=inserted)
     except InsufficientStock:
         if len(entries) > 1:
@@ -202,6 +207,9 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
     # (shard, id): log ids are unique per shard only.
     done = {(o.shard, o.reservation_id) for o in inserted}
     skipped = [e for e in entries if (e.shard, e.reservation_id) not in done]
+    if skipped and not inserted and not Activity.objects.filter(pk=activity_id).exists():
+        # Nothing to order against: not a duplicate, so no reservation is released.
+        raise Activity.DoesNotExist(f"activity {activity_id} does not exist")
     if skipped:
         ordered = set(
             Order.objects.filter(
@@ -245,15 +253,13 @@ def order_create_direct(*, activity_id: int, user_id: int, quantity: int) -> New
 
     Raises InsufficientStock (sold out) or OrderDuplicate; nothing is written then.
     """
-    activity = Activity.objects.only("pk", "seckill_price", "pay_timeout", "safety_stock").get(pk=activity_id)
+    safety_stock = Activity.objects.values_list("safety_stock", flat=True).get(pk=activity_id)
     entry = LogEntry(f"{DB_PATH_PREFIX}{uuid.uuid4().hex[:20]}", user_id, quantity, 0)
     with transaction.atomic():
-        inserted = _insert_orders(activity, [entry])
+        inserted = _insert_orders(activity_id=activity_id, entries=[entry])
         if not inserted:
             raise OrderDuplicate(f"user {user_id} already holds a live order for activity {activity_id}")
-        stock_deduct(
-            activity_id=activity_id, orders=inserted, reason="order_created_db_path", keep=activity.safety_stock
-        )
+        stock_deduct(activity_id=activity_id, orders=inserted, reason="order_created_db_path", keep=safety_stock)
     return inserted[0]
 
 
@@ -546,7 +552,7 @@ def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Orde
         entry = LogEntry(f"staff-{anomaly.pk}-{int(timezone.now().timestamp())}", anomaly.user_id, quantity, 0)
         try:
             with transaction.atomic():
-                inserted = _insert_orders(activity, [entry])
+                inserted = _insert_orders(activity_id=activity.pk, entries=[entry])
                 stock_deduct(activity_id=activity.pk, orders=inserted, reason="staff_recreate")
         except InsufficientStock as exc:
             raise AnomalyActionError(f"the database has no stock: {exc}") from exc

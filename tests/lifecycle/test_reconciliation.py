@@ -40,7 +40,7 @@ def _inject_faults(activity, users):
     # An order with no database deduction (the consumer's deduction never happened).
     undeducted_entry = reserve(activity, users[5])
     with transaction.atomic():
-        (inserted,) = _insert_orders(Activity.objects.get(pk=activity.pk), [undeducted_entry])
+        (inserted,) = _insert_orders(activity_id=activity.pk, entries=[undeducted_entry])
     undeducted = Order.objects.get(pk=inserted.pk)
     reservations_acknowledge(activity_id=activity.pk, reservation_ids=[undeducted_entry.reservation_id])
     # Redis stock off by three.

@@ -25,6 +25,7 @@ from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_number, orders_create_from_reservations
 from orders.tasks import order_create_task
 from seckill.keys import ActivityKeys
+from seckill.models import Activity
 from seckill.reconciliation import reconcile
 from seckill.redis_client import stock_redis
 from seckill.reservations import reservations_pending
@@ -252,6 +253,22 @@ def test_a_batch_the_database_cannot_fully_honour_writes_nothing_then_goes_one_b
     assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
     anomaly = AnomalyOrder.objects.get(activity=activity)
     assert (anomaly.kind, anomaly.reservation_id) == (AnomalyOrder.Kind.DB_GUARD_FAILED, ids[4])
+
+
+def test_reservations_of_a_missing_activity_are_neither_ordered_nor_released():
+    """The price and the deadline come from the activity's row inside the INSERT; with no
+    row, nothing is inserted, and that is an error, not a duplicate to release."""
+    activity = make_activity(stock=2)
+    (user,) = make_users(1)
+    entry = reserve(activity, user)
+    missing = Activity.objects.order_by("-pk").values_list("pk", flat=True).first() + 1
+
+    with pytest.raises(Activity.DoesNotExist):
+        orders_create_from_reservations(activity_id=missing, entries=[entry])
+
+    assert not Order.objects.exists() and not AnomalyOrder.objects.exists()
+    assert redis_remaining(activity.pk) == 1  # the reservation still holds its unit
+    assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 1
 
 
 # --- lost enqueue, killed worker, poison ---------------------------------------------------
