@@ -34,7 +34,7 @@ def shoppers_create(n: int, tokens_file: Path) -> list[int]:
     return [uid for uid, _ in rows]
 
 
-def activity_new(*, title: str, stock: int, warm: bool = True, per_user_limit: int = 1) -> Activity:
+def activity_new(*, title: str, stock: int, warm: bool = True, per_user_limit: int = 1, shards: int = 1) -> Activity:
     """A live activity (started a minute ago, ends in two hours) with its purchase token."""
     now = timezone.now()
     product = Product.objects.create(name=f"{title} product", list_price=Decimal("99.00"))
@@ -46,6 +46,7 @@ def activity_new(*, title: str, stock: int, warm: bool = True, per_user_limit: i
         end_at=now + timedelta(hours=2),
         total_stock=stock,
         per_user_limit=per_user_limit,
+        shards=shards,
     )
     if warm:
         activity_warmup(activity_id=activity.pk)

@@ -53,6 +53,10 @@ def targets(rows: list[dict]) -> list[tuple[str, str, str, bool | None]]:
             if ping.get("cpu"):
                 cost = ping["cpu"] / sold["web_cpu_ms_per_req"]
                 out.append((f"web CPU per answer, bare view / sold out, c={c}", f"{cost:.2f}", "(context)", None))
+        sharded = next((r for r in rows if r["scenario"].startswith("purchase, S =") and r["connections"] == c), None)
+        if buy and sharded:
+            ratio = sharded["rps"] / buy["rps"]
+            out.append((f"sharded (S = 8) / single key RPS, same Redis, c={c}", f"{ratio:.2f}", "(context)", None))
         if buy and naive:
             ratio = buy["rps"] / naive["rps"]
             out.append((f"Redis path / database path RPS, c={c}", f"{ratio:.2f}", "> 1", ratio > 1))

@@ -58,12 +58,14 @@ class Bench:
 
     def orders_drained(self, activity_id: int, *, deadline_s: float = 600) -> float:
         """Wait until the reservation log is empty (every reservation has its order)."""
+        from seckill.selectors import activity_shards
+
         started = time.monotonic()
-        log = ActivityKeys(activity_id).log
+        logs = [k.log for k in ActivityKeys(activity_id).shards(activity_shards(activity_id))]
         client = stock_redis()
-        while client.xlen(log):
+        while waiting := sum(client.xlen(log) for log in logs):
             if time.monotonic() - started > deadline_s:
-                raise AssertionError(f"activity {activity_id}: {client.xlen(log)} reservations still without orders")
+                raise AssertionError(f"activity {activity_id}: {waiting} reservations still without orders")
             time.sleep(0.2)
         return time.monotonic() - started
 
@@ -157,6 +159,8 @@ class Bench:
                 self.ping(c, "ping")
             if "purchase" in only:
                 self.purchase(c)
+            if "sharded" in only:
+                self.purchase(c, shards=8)
             if "soldout" in only:
                 self.soldout(c)
             if "naive" in only:
@@ -169,26 +173,19 @@ class Bench:
             self.drain()
         if "engine" in only:
             self.engine()
-        self.rows.append(
-            {
-                "scenario": "sharded stock",
-                "connections": None,
-                "gap": "not measured here: the purchase path has no sharded mode on main (Activity.shards is stored,"
-                " purchase_reserve uses one key); python -m bench.scale measures the Lua script on a local"
-                " Redis Cluster, one hot key vs eight keys",
-            }
-        )
         return self.rows
 
     def ping(self, c: int, name: str) -> None:
         result = self.wrk(f"{name} c={c}", method="GET", path="/api/ping", connections=c)
         self.row(name, c, result, oversell=0, invariants="n/a (no stock)")
 
-    def purchase(self, c: int) -> None:
-        activity = activity_new(title=f"bench purchase c={c}", stock=BIG_STOCK)
+    def purchase(self, c: int, shards: int = 1) -> None:
+        """Stock lasts; with shards > 1 the same on S stock keys (claim, random shard)."""
+        name = "purchase (stock lasts)" if shards == 1 else f"purchase, S = {shards} shards (stock lasts)"
+        activity = activity_new(title=f"bench {name} c={c}", stock=BIG_STOCK, shards=shards)
         cpu_before = self.system_cpu()
         result = self.wrk(
-            f"purchase while stock lasts c={c}",
+            f"{name} c={c}",
             method="POST",
             path=f"/api/activities/{activity.pk}/purchase",
             connections=c,
@@ -198,7 +195,7 @@ class Bench:
         drain = self.orders_drained(activity.pk)
         system_ms = 1000 * (self.system_cpu() - cpu_before) / result.requests
         self.row(
-            "purchase (stock lasts)",
+            name,
             c,
             result,
             orders_drained_s=round(drain, 1),
