@@ -70,9 +70,14 @@ def main(argv: list[str]) -> int:
         tokens_file = BASE_DIR / ".local" / "cpu-tokens.txt"
         shoppers_create(2 * n, tokens_file)
         tokens = tokens_file.read_text().split()
-        from config.handlers import StackDispatcher
+        try:
+            from config.handlers import StackDispatcher
 
-        app = StackDispatcher()  # what gunicorn serves (config.wsgi)
+            app = StackDispatcher()  # what gunicorn serves (config.wsgi)
+        except ImportError:  # an older checkout, measured for a before/after
+            from django.core.handlers.wsgi import WSGIHandler
+
+            app = WSGIHandler()
         big = activity_new(title="cpu purchase", stock=10_000_000)
         small = activity_new(title="cpu sold out", stock=1)
 
