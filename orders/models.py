@@ -71,6 +71,9 @@ class AnomalyOrder(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT)
     order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="anomalies")
     reservation_id = models.CharField(max_length=64, blank=True)
+    # The stock shard its reservation or order came from (S > 1): log ids are unique per
+    # shard only, and a staff return gives the units back to this shard.
+    shard = models.PositiveSmallIntegerField(default=0)
     # Names the fault for anomalies without a reservation ("order:<id>", "redis:-3"), so
     # a reconciliation run that sees the same fault again does not open it twice.
     fault_key = models.CharField(max_length=100, blank=True)
@@ -90,9 +93,9 @@ class AnomalyOrder(models.Model):
         constraints = [
             # Opening the same anomaly twice (a retried task) records it once.
             models.UniqueConstraint(
-                fields=["kind", "activity", "reservation_id"],
+                fields=["kind", "activity", "shard", "reservation_id"],
                 condition=~models.Q(reservation_id=""),
-                name="anomaly_once_per_reservation",
+                name="anomaly_once_per_shard_reservation",
             ),
             models.UniqueConstraint(
                 fields=["kind", "activity", "fault_key"],

@@ -49,18 +49,21 @@ def anomaly_record(
     order: Order | None = None,
     fault_key: str = "",
 ) -> tuple[AnomalyOrder, bool]:
-    """Record an anomaly once per fault: per (kind, reservation) when it concerns a
-    reservation, per (kind, fault_key) otherwise. Returns (anomaly, opened now)."""
+    """Record an anomaly once per fault: per (kind, shard, reservation) when it concerns
+    a reservation, per (kind, fault_key) otherwise. Returns (anomaly, opened now)."""
     user_id = entry.user_id if entry else (order.user_id if order else None)
     if user_id is not None and not get_user_model().objects.filter(pk=user_id).exists():
         # The shopper's row is gone (the very reason a replay may fail): keep the id in
         # the details, since a foreign key to a missing row would fail this insert too.
         details = {**details, "user_id": user_id}
         user_id = None
-    defaults = {"user_id": user_id, "order": order, "details": details}
+    # The shard names the units' home (S > 1), and with the id the reservation: log ids
+    # are unique per shard only.
+    shard = entry.shard if entry is not None else (order.shard if order is not None else 0)
+    defaults = {"user_id": user_id, "order": order, "details": details, "shard": shard}
     if entry is not None:
         anomaly, created = AnomalyOrder.objects.get_or_create(
-            kind=kind, activity_id=activity_id, reservation_id=entry.reservation_id, defaults=defaults
+            kind=kind, activity_id=activity_id, shard=shard, reservation_id=entry.reservation_id, defaults=defaults
         )
     elif fault_key:
         anomaly, created = AnomalyOrder.objects.get_or_create(
@@ -565,7 +568,7 @@ def anomaly_stock_return(*, anomaly: AnomalyOrder, by, note: str = "") -> str:
         entry = reservation_entry(
             activity_id=anomaly.activity_id,
             reservation_id=anomaly.reservation_id,
-            shard=int((anomaly.details or {}).get("shard", 0)),
+            shard=anomaly.shard,
         )
         if entry and reservation_release(
             activity_id=anomaly.activity_id, entry=entry, free_participant=True, reason="staff"

@@ -318,19 +318,18 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
 
     The caller has run gate 1 (input, time window, token). Raises ApiError otherwise.
     With Redis away, the circuit breaker sends purchases to the database path
-    (``seckill.fallback``); its half-open probe re-synchronises the stock first.
+    (``seckill.fallback``); its half-open probe waits for those in flight to commit,
+    then re-synchronises the stock before it closes (``seckill.breaker``).
     """
     from .breaker import redis_breaker
-    from .fallback import busy, purchase_fallback, stock_resync
+    from .fallback import busy, stock_resync
 
     breaker = redis_breaker()
     ticket = breaker.allow()
     if ticket is None:
-        if breaker.state == breaker.HALF_OPEN:
-            raise busy()  # another request is re-synchronising the stock; a moment
-        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
+        return _purchase_database_path(breaker, activity=activity, user_id=user_id, quantity=quantity)
     try:
-        if ticket == "probe":
+        if ticket == breaker.PROBE:
             stock_resync()
         reply = run_reserve(
             stock_redis(),
@@ -343,18 +342,22 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         )
     except redis.TimeoutError as exc:
         # The script may have run: the outcome is unknown, so no second path may sell.
-        breaker.record_failure()
+        breaker.record_failure(ticket)
         logger.warning("purchase: Redis timed out for activity %s: %s", activity.id, exc)
         raise busy() from exc
     except redis.RedisError as exc:
-        breaker.record_failure()
+        breaker.record_failure(ticket)
         logger.warning("purchase: Redis unavailable for activity %s, database path: %s", activity.id, exc)
-        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
+        return _purchase_database_path(breaker, activity=activity, user_id=user_id, quantity=quantity)
     except WarmupError as exc:
-        breaker.record_failure()
+        breaker.record_failure(ticket)
         logger.error("purchase: re-synchronising the stock failed; breaker stays open: %s", exc)
-        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
-    breaker.record_success()
+        return _purchase_database_path(breaker, activity=activity, user_id=user_id, quantity=quantity)
+    except BaseException:
+        if ticket == breaker.PROBE:  # a probe ending any other way must not leave the breaker half-open
+            breaker.record_failure(ticket)
+        raise
+    breaker.record_success(ticket)
 
     # S > 1: one shard's figure (and a refusal after three tries) proves nothing about the others.
     if activity.shards == 1 and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
@@ -371,6 +374,20 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         logger.error("purchase: activity %s is live but not warmed", activity.id)
         raise ApiError(503, "busy", "The sale is not ready yet; please try again in a moment.", retry_after=2)
     raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
+
+
+def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
+    """The database path, only while the breaker is open; busy otherwise (closed after a
+    failure below the threshold, or half-open: the probe waits for this path to be idle).
+    The breaker counts the purchase in flight until it has committed or failed."""
+    from .fallback import busy, purchase_fallback
+
+    if not breaker.fallback_begin():
+        raise busy()
+    try:
+        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
+    finally:
+        breaker.fallback_end()
 
 
 def _enqueue_drain(activity_id: int) -> None:
