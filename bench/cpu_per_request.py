@@ -95,6 +95,7 @@ def main(argv: list[str]) -> int:
         call(purchase_env(small, tokens[-1]))  # sells it out
         scenarios = {
             "ping": lambda i: environ("GET", "/api/ping"),
+            "ping_api": lambda i: environ("GET", "/api/ping", token=tokens[i % 200]),  # the API chain
             "purchase": lambda i: purchase_env(big, tokens[i]),  # a new shopper each time
             # Sold-out shoppers retry (the bench's 2,000 do): their tokens are known by now.
             "soldout": lambda i: purchase_env(small, tokens[n + i % 200]),

@@ -157,6 +157,8 @@ class Bench:
         for c in connections:
             if "ping" in only:
                 self.ping(c, "ping")
+            if "ping" in only:
+                self.ping(c, "ping (API chain)", tokens=True)
             if "purchase" in only:
                 self.purchase(c)
             if "sharded" in only:
@@ -175,8 +177,16 @@ class Bench:
             self.engine()
         return self.rows
 
-    def ping(self, c: int, name: str) -> None:
-        result = self.wrk(f"{name} c={c}", method="GET", path="/api/ping", connections=c)
+    def ping(self, c: int, name: str, tokens: bool = False) -> None:
+        """The bare view; with ``tokens`` every request carries a shopper's API token, so it
+        takes the short API middleware chain (config/handlers.py), as purchases do."""
+        result = self.wrk(
+            f"{name} c={c}",
+            method="GET",
+            path="/api/ping",
+            connections=c,
+            tokens_file=self.tokens_file if tokens else None,
+        )
         self.row(name, c, result, oversell=0, invariants="n/a (no stock)")
 
     def purchase(self, c: int, shards: int = 1) -> None:
