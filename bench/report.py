@@ -57,6 +57,12 @@ def targets(rows: list[dict]) -> list[tuple[str, str, str, bool | None]]:
             if ping.get("cpu"):
                 cost = ping["cpu"] / sold["web_cpu_ms_per_req"]
                 out.append((f"web CPU per answer, bare view / sold out, c={c}", f"{cost:.2f}", "(context)", None))
+        limited = [r["scenario"] for r in rows if r["scenario"].startswith("rate limited") and r["connections"] == c]
+        for gate in ["purchase (sold out)", *limited]:
+            rejected = _by(rows, gate, c)
+            if ping and rejected:
+                ratio = rejected["rps"] / ping["rps"]
+                out.append((f"{gate} RPS / bare view RPS, c={c} (issue 5)", f"{ratio:.2f}", "≥ 0.85", ratio >= 0.85))
         sharded = next((r for r in rows if r["scenario"].startswith("purchase, S =") and r["connections"] == c), None)
         if buy and sharded:
             ratio = sharded["rps"] / buy["rps"]

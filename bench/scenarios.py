@@ -165,6 +165,8 @@ class Bench:
                 self.purchase(c, shards=8)
             if "soldout" in only:
                 self.soldout(c)
+            if "gates" in only:
+                self.gates(c)
             if "naive" in only:
                 self.naive(c)
             if "ping" in only:
@@ -246,6 +248,40 @@ class Bench:
         )
         self.orders_drained(activity.pk)
         self.row("purchase (sold out)", c, result, **self.checked(activity.pk))
+
+    GATES = (
+        ("rate limited (per shopper)", {"rate_per_user": "1/h", "rate_per_ip": "off"}),
+        ("rate limited (per address)", {"rate_per_user": "off", "rate_per_ip": "1/h"}),
+        (
+            "rate limited (admission cap)",
+            {"rate_per_user": "off", "rate_per_ip": "off", "admission_rate": 1, "admission_burst": 1},
+        ),
+    )
+
+    def gates(self, c: int) -> None:
+        """Issue 5's 429s: the per-shopper and per-address limits (django-ratelimit) and the
+        activity's admission cap (token bucket), each on an activity with stock to spare."""
+        for name, gates in self.GATES:
+            activity = activity_new(title=f"bench {name} c={c}", stock=BIG_STOCK, **gates)
+            body, path = self.purchase_body(activity), f"/api/activities/{activity.pk}/purchase"
+            # Every shopper's (and the address's) one allowed attempt first, so that what is
+            # measured is the rejection.
+            wrk_run(
+                base=self.base,
+                method="POST",
+                path=path,
+                connections=c,
+                seconds=120,
+                tokens_file=self.soldout_tokens,
+                body=body,
+                once=True,
+                label=f"using up the allowance c={c}",
+            )
+            result = self.wrk(
+                f"{name} c={c}", method="POST", path=path, connections=c, tokens_file=self.soldout_tokens, body=body
+            )
+            self.orders_drained(activity.pk)
+            self.row(name, c, result, **self.checked(activity.pk))
 
     def naive(self, c: int) -> None:
         activity = activity_new(title=f"bench db-direct c={c}", stock=BIG_STOCK, warm=False)

@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from seckill import selectors, soldout
+from seckill import limited, selectors, soldout
 from seckill.authentication import token_cache_clear
 from seckill.breaker import redis_breaker
 from seckill.fallback import _fallback_slots
@@ -62,10 +62,12 @@ def clean_redis():
         _amqp_queue(delete=False)
     selectors.activity_snapshot_forget()
     soldout.sold_out_forget()
+    limited.limited_forget()
     token_cache_clear()
     yield
     selectors.activity_snapshot_forget()
     soldout.sold_out_forget()
+    limited.limited_forget()
 
 
 @pytest.fixture(autouse=True)
