@@ -20,7 +20,7 @@ from .errors import ApiError
 from .keys import ActivityKeys, claim_value
 from .models import Activity
 from .redis_client import stock_redis
-from .reservations import reservation_attempt, reservation_release, reservations_pending
+from .reservations import reservation_attempt, reservations_pending
 from .scripts import ScriptCode, run_reserve, run_warmup, warmup_shares
 from .selectors import (
     ActivitySnapshot,
@@ -421,7 +421,7 @@ def reservations_replay(*, activity_id: int, grace_seconds: float | None = None)
 
 
 def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayOutcome) -> None:
-    from orders.services import anomaly_open, orders_create_from_reservations
+    from orders.services import anomaly_open, orders_create_from_reservations, reservation_give_up
 
     batch_size = settings.SECKILL_ORDER_BATCH_SIZE
     after = None
@@ -452,7 +452,10 @@ def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayO
                     activity_id=activity_id, reservation_id=entry.reservation_id, shard=entry.shard
                 )
                 logger.warning("replay: reservation %s failed (attempt %s): %s", entry.reservation_id, attempts, exc)
-                if attempts >= settings.SECKILL_REPLAY_MAX_ATTEMPTS:
+                # Given up in the database first, so that no late task can still order it.
+                if attempts >= settings.SECKILL_REPLAY_MAX_ATTEMPTS and reservation_give_up(
+                    activity_id=activity_id, entry=entry, reason="replay_exhausted"
+                ):
                     anomaly_open(
                         kind=AnomalyOrder.Kind.REPLAY_EXHAUSTED,
                         activity_id=activity_id,
@@ -463,9 +466,6 @@ def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayO
                             "error": str(exc)[:500],
                             "attempts": attempts,
                         },
-                    )
-                    reservation_release(
-                        activity_id=activity_id, entry=entry, free_participant=True, reason="replay_exhausted"
                     )
                     outcome.released += 1
 
