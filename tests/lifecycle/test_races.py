@@ -171,7 +171,6 @@ def test_forced_rewarms_racing_cancels_and_new_purchases_keep_units_and_particip
     rewarmer.join(60)
     assert not errors, errors
     assert rewarms, "no re-warm completed"
-    print("REWARMS", len(rewarms), Order.objects.filter(activity=activity).count())
 
     reservations_drain(activity_id=activity.pk)
     assert not AnomalyOrder.objects.filter(activity=activity).exists()
