@@ -24,7 +24,7 @@ def test_a_forced_rewarm_before_a_cancels_redis_return_counts_the_returned_units
     django_capture_on_commit_callbacks,
 ):
     activity = make_activity(stock=5)
-    cancelled, kept = buy(activity, make_users(2))
+    cancelled, _ = buy(activity, make_users(2))
     assert redis_remaining(activity.pk) == 3
 
     with django_capture_on_commit_callbacks(execute=False) as after_commit:
