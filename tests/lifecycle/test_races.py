@@ -13,6 +13,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Sum
@@ -22,12 +23,12 @@ from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order, ReleasedReservation
 from orders.services import order_cancel, orders_create_from_reservations, reservation_give_up
 from orders.tasks import order_create_task
-from seckill.keys import ActivityKeys
+from seckill.keys import ActivityKeys, claim_value
 from seckill.models import Activity
 from seckill.reconciliation import reconcile
 from seckill.redis_client import stock_redis
 from seckill.reservations import reservations_pending
-from seckill.scripts import LogEntry, ScriptCode, run_purchase
+from seckill.scripts import LogEntry, ScriptCode, run_reserve
 from seckill.selectors import redis_remaining
 from seckill.services import WarmupError, activity_close, activity_warmup, reservations_drain, reservations_replay
 
@@ -36,6 +37,29 @@ from ..helpers import wait_until
 from .helpers import buy, reserve
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def reserve_on_shards(activity, user) -> LogEntry | None:
+    """The purchase in Redis for any S (a claim, then a shard, when S > 1); None if refused."""
+    reply = run_reserve(
+        stock_redis(),
+        ActivityKeys(activity.pk),
+        user_id=user.pk,
+        quantity=1,
+        limit=1,
+        shards=activity.shards,
+        partitions=settings.SECKILL_USER_PARTITIONS,
+    )
+    if reply.code != ScriptCode.RESERVED:
+        return None
+    return LogEntry(reply.reservation_id, user.pk, 1, reply.shard)
+
+
+def participants_in_redis(activity) -> dict[int, str]:
+    """The participant records: the users hash, or (S > 1) every user partition's claims."""
+    keys, client = ActivityKeys(activity.pk), stock_redis()
+    hashes = [keys] if activity.shards == 1 else [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)]
+    return {int(u): v.decode() for h in hashes for u, v in client.hgetall(h.users).items()}
 
 
 def assert_units_counted_once(activity) -> None:
@@ -77,12 +101,13 @@ def test_a_late_order_task_for_a_reservation_the_replay_gave_up_creates_no_order
     assert_units_counted_once(activity)
 
 
-def test_consumers_racing_give_ups_of_the_same_reservations_settle_each_exactly_one_way():
+@pytest.mark.parametrize("shards", [1, 3])
+def test_consumers_racing_give_ups_of_the_same_reservations_settle_each_exactly_one_way(shards):
     """Order tasks (a consumer) and give-ups (replay limit, a refusal, staff) of the same
     reservations at the same moment, from several threads: each reservation ends as an
     order or given back, never both, and every unit is counted once."""
-    activity = make_activity(stock=30)
-    entries = [reserve(activity, user) for user in make_users(30)]
+    activity = make_activity(stock=30, shards=shards)
+    entries = [reserve_on_shards(activity, user) for user in make_users(30)]
     jobs = [("order", e) for e in entries] + [("give_up", e) for e in entries]
     random.shuffle(jobs)
     gave_up, errors = {}, []
@@ -95,7 +120,7 @@ def test_consumers_racing_give_ups_of_the_same_reservations_settle_each_exactly_
                     order_create_task(activity.pk, entry.reservation_id, entry.user_id, entry.quantity, entry.shard)
                 elif reservation_give_up(activity_id=activity.pk, entry=entry, reason="staff"):
                     with lock:
-                        gave_up[entry.reservation_id] = True
+                        gave_up[(entry.shard, entry.reservation_id)] = True
         except Exception as exc:
             errors.append(exc)
         finally:
@@ -108,37 +133,37 @@ def test_consumers_racing_give_ups_of_the_same_reservations_settle_each_exactly_
         t.join(120)
     assert not errors, errors
 
-    ordered = set(Order.objects.filter(activity=activity).values_list("reservation_id", flat=True))
-    released = set(ReleasedReservation.objects.filter(activity=activity).values_list("reservation_id", flat=True))
-    assert ordered | released == {e.reservation_id for e in entries}
+    # (shard, reservation id): log ids are unique per shard only.
+    ordered = set(Order.objects.filter(activity=activity).values_list("shard", "reservation_id"))
+    released = set(ReleasedReservation.objects.filter(activity=activity).values_list("shard", "reservation_id"))
+    assert ordered | released == {(e.shard, e.reservation_id) for e in entries}
     assert not ordered & released
     assert set(gave_up) == released
     assert redis_remaining(activity.pk) == len(released)
-    assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
+    assert not reservations_pending(activity_id=activity.pk)
     assert_units_counted_once(activity)
 
 
 # --- B and C: forced re-warms while shoppers cancel and buy again ---------------------------
 
 
-def test_forced_rewarms_racing_cancels_and_new_purchases_keep_units_and_participants_exact():
+@pytest.mark.parametrize("shards", [1, 3])
+def test_forced_rewarms_racing_cancels_and_new_purchases_keep_units_and_participants_exact(shards):
     """Shoppers buy, get their order, cancel it and buy again, while an operator forces
     re-warms in a loop. Each returned unit must be counted once (B), and once everything
     is quiet exactly the shoppers holding a reservation or a live order are participants:
     a re-warm must not leave a shopper who cancelled blocked (C)."""
-    activity = make_activity(stock=8)
+    activity = make_activity(stock=8, shards=shards)
     users = make_users(8)
-    keys = ActivityKeys(activity.pk)
     done, errors, rewarms = threading.Event(), [], []
 
     def shop(mine):
         try:
             for round_ in range(25):
                 for user in mine:
-                    reply = run_purchase(stock_redis(), keys, user_id=user.pk, quantity=1, limit=1)
-                    if reply.code != ScriptCode.RESERVED:
+                    entry = reserve_on_shards(activity, user)
+                    if entry is None:
                         continue  # sold out for a moment, or blocked: the final check tells
-                    entry = LogEntry(reply.reservation_id, user.pk, 1, 0)
                     orders_create_from_reservations(activity_id=activity.pk, entries=[entry])
                     order = Order.objects.filter(activity=activity, reservation_id=entry.reservation_id).first()
                     if order is not None and (round_ < 24 or random.random() < 0.5):
@@ -175,11 +200,11 @@ def test_forced_rewarms_racing_cancels_and_new_purchases_keep_units_and_particip
     reservations_drain(activity_id=activity.pk)
     assert not AnomalyOrder.objects.filter(activity=activity).exists()
     assert_units_counted_once(activity)
-    live = dict(
-        Order.objects.filter(activity=activity, status__in=Order.LIVE_STATUSES).values_list("user_id", "reservation_id")
-    )
-    participants = {int(u): v.decode() for u, v in stock_redis().hgetall(keys.users).items()}
-    assert participants == live
+    live = Order.objects.filter(activity=activity, status__in=Order.LIVE_STATUSES)
+    expected = {
+        u: r if shards == 1 else claim_value(s, r) for u, s, r in live.values_list("user_id", "shard", "reservation_id")
+    }
+    assert participants_in_redis(activity) == expected
 
 
 # --- E: closing an activity while it is re-warmed -----------------------------------------
