@@ -306,7 +306,7 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
     # runs, purchases may already have moved the stock; the loaded units may not move.
     read_stock, read_loaded = redis_stock_totals(activity_id=activity_id, shards=shards)
     if shards > 1:
-        display_total_refresh(activity_id=activity_id, shards=shards)
+        display_total_refresh(activity_id=activity_id, shards=shards, create=True)
     expected_stock = remaining + sum(o.quantity for o in after.not_returned)
     if (
         read_stock is None
@@ -382,15 +382,19 @@ def _participants_prune(client, keys: ActivityKeys, added: dict, now: dict, *, s
             )
 
 
-def display_total_refresh(*, activity_id: int, shards: int) -> int | None:
+def display_total_refresh(*, activity_id: int, shards: int, create: bool = False) -> int | None:
     """S > 1: store the sum of the shard stocks where pages read the remaining units
-    (removed while any shard is not warmed, so pages show "not warmed" then)."""
+    (removed while any shard is not warmed, so pages show "not warmed" then).
+
+    Only the warm-up ``create``s it (under the lifecycle lock); beat's refresh updates
+    one that exists (SET XX), so a refresh that read the shards just before the close
+    removed them cannot write it back for the ended activity."""
     client, keys = stock_redis(), ActivityKeys(activity_id)
     stock, _ = redis_stock_totals(activity_id=activity_id, shards=shards)
     if stock is None:
         client.delete(keys.display)
     else:
-        client.set(keys.display, stock)
+        client.set(keys.display, stock, xx=not create)
     return stock
 
 
