@@ -188,8 +188,9 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
     stock, less the reservations still in the log without an order, less the cancelled
     orders whose units Redis has not taken back yet (those are returned right after,
     once each). Before the start that is ``total - safety``; after a Redis restart it is
-    what is really left. Missing participants (live orders and logged reservations) are
-    added first, so nobody can buy twice. A live activity's existing stock is kept
+    what is really left. Participants (live orders and logged reservations) are
+    restored first, so nobody can buy twice; those the picture had wrong by the end are
+    corrected. A live activity's existing stock is kept
     unless ``force``. One warm-up or close of an activity at a time (a redis-py Lock).
     """
     lock = _lifecycle_lock(activity_id)
@@ -233,7 +234,7 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
             "use --force (the admin action 'force re-warm') to re-derive it from the database"
         )
 
-    added: dict[int, str] = {}  # the participant records this warm-up wrote
+    written_records: dict[int, str] = {}  # the participant records this warm-up wrote
     written = False
     for _ in range(_WARMUP_TRIES):
         # Redis and the database read as one consistent picture (the reconciliation's).
@@ -253,7 +254,8 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
                 f"{not_returned_units} is negative; reconcile first"
             )
         participants = _participants(activity_id=activity_id, picture=picture, shards=shards)
-        added |= _participants_add(client, keys, participants, shards=shards)
+        _participants_restore(client, keys, participants, shards=shards)
+        written_records |= participants
         # Compare-and-set against the stock the picture was taken with: a purchase or a
         # release in between changes it, and the derivation is taken again. (Every step
         # that moves the stock also moves a term of the derivation by as much, so a
@@ -291,11 +293,12 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
         if written:
             break
 
-    # A picture taken after every write: records added from an older picture whose
-    # shopper cancelled or was released since are taken back, winning round or not.
     after = reconciliation_measure(activity_id=activity_id)
+    # A picture taken after every write: a record written from an older picture whose
+    # shopper cancelled, was released or bought again since is corrected, winning round
+    # or not, so a re-warm leaves nobody blocked who may buy again.
     now_participants = _participants(activity_id=activity_id, picture=after, shards=shards)
-    _participants_prune(client, keys, added, now_participants, shards=shards)
+    _participants_correct(client, keys, written_records, now_participants, shards=shards)
     if not written:
         raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
     # The units the derivation left out (and those of orders cancelled while the key was
@@ -352,26 +355,22 @@ def _participants_target(keys: ActivityKeys, user_id: int, shards: int) -> Activ
     return keys if shards == 1 else keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
 
 
-def _participants_add(client, keys: ActivityKeys, participants: dict, *, shards: int) -> dict[int, str]:
-    """Write the records of shoppers who have none (HSETNX); returns those written.
-
-    A record that exists is never overwritten: the scripts keep it, and it is newer
-    than any picture (the shopper may have cancelled and bought again since)."""
-    added: dict[int, str] = {}
-    items = list(participants.items())
-    for i in range(0, len(items), 1000):
-        chunk = items[i : i + 1000]
-        pipe = client.pipeline(transaction=False)
-        for user_id, value in chunk:
-            pipe.hsetnx(_participants_target(keys, user_id, shards).users, user_id, value)
-        added.update({user_id: value for (user_id, value), new in zip(chunk, pipe.execute(), strict=True) if new})
-    return added
+def _participants_restore(client, keys: ActivityKeys, participants: dict, *, shards: int) -> None:
+    """Write the shoppers' records: the activity's users hash, or (S > 1) their partitions."""
+    by_hash: dict[str, dict] = {}
+    for user_id, value in participants.items():
+        by_hash.setdefault(_participants_target(keys, user_id, shards).users, {})[user_id] = value
+    for name, mapping in by_hash.items():
+        items = list(mapping.items())
+        for i in range(0, len(items), 1000):
+            client.hset(name, mapping=dict(items[i : i + 1000]))
 
 
-def _participants_prune(client, keys: ActivityKeys, added: dict, now: dict, *, shards: int) -> None:
-    """Take back the records this warm-up added that the latest picture no longer
-    supports, each only if it is still the one written (a compare-and-set)."""
-    for user_id, value in added.items():
+def _participants_correct(client, keys: ActivityKeys, written: dict, now: dict, *, shards: int) -> None:
+    """Set each record this warm-up wrote to what the latest picture says (removed when
+    the shopper holds nothing now), each only if it is still the one written (a
+    compare-and-set: a script that changed it since knows better)."""
+    for user_id, value in written.items():
         if now.get(user_id) != value:
             run_claim_settle(
                 client,
