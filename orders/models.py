@@ -51,6 +51,28 @@ class Order(models.Model):
         return self.order_no
 
 
+class ReleasedReservation(models.Model):
+    """A reservation given back without an order (the database guard said no, the shopper
+    already had one, the replay gave up, staff returned it): its units went back to Redis,
+    so it must never become an order as well. Recorded before the Redis release, under
+    the stock row's lock, so a late or concurrent consumer of the same reservation finds
+    it (``orders.services.reservation_give_up``)."""
+
+    activity = models.ForeignKey("seckill.Activity", on_delete=models.CASCADE, related_name="+")
+    shard = models.PositiveSmallIntegerField(default=0)
+    reservation_id = models.CharField(max_length=64)
+    reason = models.CharField(max_length=40)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["activity", "shard", "reservation_id"], name="released_reservation_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.activity_id}-{self.shard}-{self.reservation_id} ({self.reason})"
+
+
 class AnomalyOrder(models.Model):
     """Something Redis and the database disagree on, for staff to review."""
 
