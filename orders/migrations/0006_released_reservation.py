@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('orders', '0004_payment'),
+        ('orders', '0005_anomaly_shard'),
         ('seckill', '0002_traffic_gates'),
     ]
 
