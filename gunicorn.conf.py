@@ -1,12 +1,72 @@
-"""Read by gunicorn from the working directory (``make run``, the tests, production).
+"""gunicorn's settings, read from the working directory by every gunicorn here: `make run`,
+`make bench`, the tests and production (`gunicorn config.wsgi:application`). Every value
+can come from the environment; command-line flags override them.
 
-In Prometheus multiprocess mode a dead worker's live gauges (the breaker state) must
-stop counting; its counters stay, as Prometheus expects."""
+The defaults are what bench/ measured best on a 2-core machine; docs/BENCHMARKS.md has
+the figures behind each choice.
+"""
 
 import os
 
+bind = os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
+# Threaded workers, one process per core: a purchase waits on three short round trips
+# (PostgreSQL for a new shopper's token, Redis for the rate limit and the Lua script);
+# a sync worker sleeps through each, paying a process switch and a cold cache per wait,
+# while a thread hands the core to another request in the same process. Keep-alive
+# connections also spare a TCP set-up and close per request. Measured side by side:
+# docs/BENCHMARKS.md.
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
+threads = int(os.environ.get("GUNICORN_THREADS", "16"))
+# A flood arrives faster than it is served: let the kernel queue it instead of refusing.
+backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
+keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))  # seconds; sync workers close every connection
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
+graceful_timeout = 5
+# Load the app once in the master: workers fork with Django already imported.
+preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() in ("1", "true", "yes")
+# An access log line per request costs the web tier a write; "-" is stdout, empty is off.
+accesslog = os.environ.get("GUNICORN_ACCESS_LOG", "-") or None
+
+
+def when_ready(server):
+    """In the master, before the workers fork: import what Django imports lazily on the
+    first request (the URLconf and every view behind it, the Celery publishing path), so
+    every worker starts with it and the memory is shared."""
+    if not preload_app:
+        return
+    try:
+        from django.urls import get_resolver
+
+        get_resolver().url_patterns  # noqa: B018 (imports config.urls and the views)
+        import kombu.transport.redis  # noqa: F401
+
+        import orders.tasks  # noqa: F401
+    except Exception as exc:  # the workers import it themselves then
+        server.log.warning("pre-import of the URLconf failed: %s", exc)
+
+
+def post_worker_init(worker):
+    """Pay the purchase path's one-off costs before the first shopper does: at the start
+    of a sale every worker is hit at once, and a lazy import of the Celery publishing
+    path or a first connection would land on the first requests of the flood."""
+    try:
+        from django.db import connection
+
+        from seckill.redis_client import stock_redis
+        from seckill.tasks import reservations_drain_task
+
+        connection.ensure_connection()
+        stock_redis().ping()
+        with reservations_drain_task.app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+    except Exception as exc:  # a server that is away now is retried by the requests themselves
+        worker.log.warning("warm-up of the purchase path failed: %s", exc)
+
 
 def child_exit(server, worker):
+    """In Prometheus multiprocess mode a dead worker's live gauges (the breaker state)
+    must stop counting; its counters stay, as Prometheus expects."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 

@@ -45,6 +45,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--profile", default="", help="cProfile this scenario (ping, purchase, soldout)")
     parser.add_argument("--top", type=int, default=35)
+    parser.add_argument("--worker", action="store_true", help="run a Celery worker meanwhile (orders drain)")
     args = parser.parse_args(argv)
 
     from . import stack
@@ -59,13 +60,24 @@ def main(argv: list[str]) -> int:
         from .data import activity_new, shoppers_create
         from .stack import BASE_DIR
 
+        worker = None
+        if args.worker:
+            import tempfile
+            from pathlib import Path
+
+            worker = stack.worker_start(env, Path(tempfile.mkdtemp(prefix="cpu-worker-")), 2, nice=10)
         n = args.requests
         tokens_file = BASE_DIR / ".local" / "cpu-tokens.txt"
         shoppers_create(2 * n, tokens_file)
         tokens = tokens_file.read_text().split()
-        from config.handlers import StackDispatcher
+        try:
+            from config.handlers import StackDispatcher
 
-        app = StackDispatcher()  # what gunicorn serves (config.wsgi)
+            app = StackDispatcher()  # what gunicorn serves (config.wsgi)
+        except ImportError:  # an older checkout, measured for a before/after
+            from django.core.handlers.wsgi import WSGIHandler
+
+            app = WSGIHandler()
         big = activity_new(title="cpu purchase", stock=10_000_000)
         small = activity_new(title="cpu sold out", stock=1)
 
@@ -83,6 +95,7 @@ def main(argv: list[str]) -> int:
         call(purchase_env(small, tokens[-1]))  # sells it out
         scenarios = {
             "ping": lambda i: environ("GET", "/api/ping"),
+            "ping_api": lambda i: environ("GET", "/api/ping", token=tokens[i % 200]),  # the API chain
             "purchase": lambda i: purchase_env(big, tokens[i]),  # a new shopper each time
             # Sold-out shoppers retry (the bench's 2,000 do): their tokens are known by now.
             "soldout": lambda i: purchase_env(small, tokens[n + i % 200]),
@@ -113,6 +126,8 @@ def main(argv: list[str]) -> int:
         print(f"{'answer':10} {'CPU ms/req':>10} {'ping/this':>10}  statuses")
         for name, (ms, statuses) in rows.items():
             print(f"{name:10} {ms:10.3f} {ping_ms / ms:10.2f}  {statuses}")
+        if worker is not None:
+            worker.stop()
     finally:
         from config import embedded
 

@@ -34,8 +34,12 @@ def shoppers_create(n: int, tokens_file: Path) -> list[int]:
     return [uid for uid, _ in rows]
 
 
-def activity_new(*, title: str, stock: int, warm: bool = True, per_user_limit: int = 1) -> Activity:
-    """A live activity (started a minute ago, ends in two hours) with its purchase token."""
+def activity_new(
+    *, title: str, stock: int, warm: bool = True, per_user_limit: int = 1, shards: int = 1, **gates
+) -> Activity:
+    """A live activity (started a minute ago, ends in two hours) with its purchase token;
+    ``gates``: Activity fields of the traffic gates (rate_per_user, admission_rate, …),
+    set before the warm-up caches the activity."""
     now = timezone.now()
     product = Product.objects.create(name=f"{title} product", list_price=Decimal("99.00"))
     activity = activity_create(
@@ -46,7 +50,10 @@ def activity_new(*, title: str, stock: int, warm: bool = True, per_user_limit: i
         end_at=now + timedelta(hours=2),
         total_stock=stock,
         per_user_limit=per_user_limit,
+        shards=shards,
     )
+    if gates:
+        Activity.objects.filter(pk=activity.pk).update(**gates)
     if warm:
         activity_warmup(activity_id=activity.pk)
     activity_token_ensure(activity_id=activity.pk)

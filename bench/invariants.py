@@ -3,6 +3,7 @@ the reconciliation identities of DESIGN.md (``seckill.reconciliation.reconcile``
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db.models import Count, Sum
 
 from orders.models import AnomalyOrder, Order
@@ -38,7 +39,7 @@ def invariants_check(*, activity_id: int, redis_path: bool = True) -> dict:
         problems.append(f"{anomalies} anomaly orders opened")
     if redis_path:
         keys = ActivityKeys(activity_id)
-        snapshot = run_snapshot(stock_redis(), keys)
+        snapshot = run_snapshot(stock_redis(), keys, shards=activity.shards)
         ordered_users = set(live.values_list("user_id", flat=True))
         ordered_ids = set(live.values_list("reservation_id", flat=True))
         # Entries already ordered but not yet acknowledged count once, as orders.
@@ -49,7 +50,11 @@ def invariants_check(*, activity_id: int, redis_path: bool = True) -> dict:
             problems.append("a shopper holds two reservations")
         if report["reserved_not_ordered"] + live_units > (snapshot.loaded or 0):
             problems.append("oversell in Redis: more reserved and ordered than loaded")
-        participants = stock_redis().hlen(keys.users)
+        # S > 1: each shopper's claim lives in one user partition, not in a shard.
+        holders = (
+            [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if activity.shards > 1 else [keys]
+        )
+        participants = sum(stock_redis().hlen(k.users) for k in holders)
         if participants != len(ordered_users) + len(log_users):
             problems.append(
                 f"participants {participants} != orders + reservations {len(ordered_users) + len(log_users)}"

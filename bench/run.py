@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-SCENARIOS = ("ping", "purchase", "soldout", "naive", "drain", "flood", "engine")
+SCENARIOS = ("ping", "purchase", "sharded", "soldout", "gates", "naive", "drain", "flood", "engine")
 
 
 def say(message: str) -> None:

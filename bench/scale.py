@@ -83,7 +83,7 @@ def redis_scenario(cluster, *, name: str, activity_ids: list[int], seconds: floa
     client = redis.RedisCluster.from_url(cluster.url)
     stock_keys = [k for a in activity_ids for k in ActivityKeys(a).shards(shards)]
     for keys in stock_keys:
-        run_warmup(client, keys, remaining=10**9, loaded=10**9, expected=None)
+        run_warmup(client, keys, remaining=10**9, loaded=10**9, expected=None, log_length=0)
     nodes = {client.get_node_from_key(k.stock).port for k in stock_keys}
     ports = [n.port for n in cluster.nodes]
     ctx = mp.get_context("fork")

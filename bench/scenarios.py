@@ -58,12 +58,14 @@ class Bench:
 
     def orders_drained(self, activity_id: int, *, deadline_s: float = 600) -> float:
         """Wait until the reservation log is empty (every reservation has its order)."""
+        from seckill.selectors import activity_shards
+
         started = time.monotonic()
-        log = ActivityKeys(activity_id).log
+        logs = [k.log for k in ActivityKeys(activity_id).shards(activity_shards(activity_id))]
         client = stock_redis()
-        while client.xlen(log):
+        while waiting := sum(client.xlen(log) for log in logs):
             if time.monotonic() - started > deadline_s:
-                raise AssertionError(f"activity {activity_id}: {client.xlen(log)} reservations still without orders")
+                raise AssertionError(f"activity {activity_id}: {waiting} reservations still without orders")
             time.sleep(0.2)
         return time.monotonic() - started
 
@@ -155,10 +157,16 @@ class Bench:
         for c in connections:
             if "ping" in only:
                 self.ping(c, "ping")
+            if "ping" in only:
+                self.ping(c, "ping (API chain)", tokens=True)
             if "purchase" in only:
                 self.purchase(c)
+            if "sharded" in only:
+                self.purchase(c, shards=8)
             if "soldout" in only:
                 self.soldout(c)
+            if "gates" in only:
+                self.gates(c)
             if "naive" in only:
                 self.naive(c)
             if "ping" in only:
@@ -169,26 +177,27 @@ class Bench:
             self.drain()
         if "engine" in only:
             self.engine()
-        self.rows.append(
-            {
-                "scenario": "sharded stock",
-                "connections": None,
-                "gap": "not measured here: the purchase path has no sharded mode on main (Activity.shards is stored,"
-                " purchase_reserve uses one key); python -m bench.scale measures the Lua script on a local"
-                " Redis Cluster, one hot key vs eight keys",
-            }
-        )
         return self.rows
 
-    def ping(self, c: int, name: str) -> None:
-        result = self.wrk(f"{name} c={c}", method="GET", path="/api/ping", connections=c)
+    def ping(self, c: int, name: str, tokens: bool = False) -> None:
+        """The bare view; with ``tokens`` every request carries a shopper's API token, so it
+        takes the short API middleware chain (config/handlers.py), as purchases do."""
+        result = self.wrk(
+            f"{name} c={c}",
+            method="GET",
+            path="/api/ping",
+            connections=c,
+            tokens_file=self.tokens_file if tokens else None,
+        )
         self.row(name, c, result, oversell=0, invariants="n/a (no stock)")
 
-    def purchase(self, c: int) -> None:
-        activity = activity_new(title=f"bench purchase c={c}", stock=BIG_STOCK)
+    def purchase(self, c: int, shards: int = 1) -> None:
+        """Stock lasts; with shards > 1 the same on S stock keys (claim, random shard)."""
+        name = "purchase (stock lasts)" if shards == 1 else f"purchase, S = {shards} shards (stock lasts)"
+        activity = activity_new(title=f"bench {name} c={c}", stock=BIG_STOCK, shards=shards)
         cpu_before = self.system_cpu()
         result = self.wrk(
-            f"purchase while stock lasts c={c}",
+            f"{name} c={c}",
             method="POST",
             path=f"/api/activities/{activity.pk}/purchase",
             connections=c,
@@ -198,7 +207,7 @@ class Bench:
         drain = self.orders_drained(activity.pk)
         system_ms = 1000 * (self.system_cpu() - cpu_before) / result.requests
         self.row(
-            "purchase (stock lasts)",
+            name,
             c,
             result,
             orders_drained_s=round(drain, 1),
@@ -239,6 +248,40 @@ class Bench:
         )
         self.orders_drained(activity.pk)
         self.row("purchase (sold out)", c, result, **self.checked(activity.pk))
+
+    GATES = (
+        ("rate limited (per shopper)", {"rate_per_user": "1/h", "rate_per_ip": "off"}),
+        ("rate limited (per address)", {"rate_per_user": "off", "rate_per_ip": "1/h"}),
+        (
+            "rate limited (admission cap)",
+            {"rate_per_user": "off", "rate_per_ip": "off", "admission_rate": 1, "admission_burst": 1},
+        ),
+    )
+
+    def gates(self, c: int) -> None:
+        """Issue 5's 429s: the per-shopper and per-address limits (django-ratelimit) and the
+        activity's admission cap (token bucket), each on an activity with stock to spare."""
+        for name, gates in self.GATES:
+            activity = activity_new(title=f"bench {name} c={c}", stock=BIG_STOCK, **gates)
+            body, path = self.purchase_body(activity), f"/api/activities/{activity.pk}/purchase"
+            # Every shopper's (and the address's) one allowed attempt first, so that what is
+            # measured is the rejection.
+            wrk_run(
+                base=self.base,
+                method="POST",
+                path=path,
+                connections=c,
+                seconds=120,
+                tokens_file=self.soldout_tokens,
+                body=body,
+                once=True,
+                label=f"using up the allowance c={c}",
+            )
+            result = self.wrk(
+                f"{name} c={c}", method="POST", path=path, connections=c, tokens_file=self.soldout_tokens, body=body
+            )
+            self.orders_drained(activity.pk)
+            self.row(name, c, result, **self.checked(activity.pk))
 
     def naive(self, c: int) -> None:
         activity = activity_new(title=f"bench db-direct c={c}", stock=BIG_STOCK, warm=False)

@@ -104,7 +104,7 @@ def manage(env: dict[str, str], *args: str) -> None:
 def gunicorn_start(env: dict[str, str], log_dir: Path, port: int, name: str = "gunicorn", **overrides: str) -> Child:
     child_env = dict(env, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_ACCESS_LOG="")
     child_env.update(overrides)
-    argv = [str(BIN / "gunicorn"), "-c", str(BASE_DIR / "config" / "gunicorn.conf.py"), "config.wsgi:application"]
+    argv = [str(BIN / "gunicorn"), "-c", str(BASE_DIR / "gunicorn.conf.py"), "config.wsgi:application"]
     child = Child(name, argv, child_env, log_dir)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:

@@ -210,12 +210,16 @@ def ensure_redis() -> str:
                 str(log),
                 "--dir",
                 str(REDIS_DIR),
-                # A flash sale's stock lives in Redis only while the sale runs and is
-                # re-derivable from the database; persistence is not needed locally.
+                # The stock can be re-derived from the database, but a reservation lives
+                # only in Redis until its order is written: an append-only file (fsync
+                # every second) keeps the log and the queued tasks across a restart of
+                # `make run`. No RDB snapshots: the AOF is enough.
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes",
+                "--appendfsync",
+                "everysec",
                 "--databases",
                 "64",
                 "--maxclients",
@@ -236,7 +240,7 @@ def stop_redis() -> bool:
     import redis
 
     try:
-        redis.Redis(port=port).shutdown(nosave=True)
+        redis.Redis(port=port).shutdown(nosave=True)  # no RDB; the AOF is flushed on shutdown
     except redis.ConnectionError:
         pass  # shutdown closes the connection under us
     return True

@@ -32,19 +32,15 @@ def _manage(*args: str, env: dict) -> None:
 
 def processes(env: dict) -> dict[str, list[str]]:
     port = env.get("PORT", "8000")
-    workers = env.get("WEB_CONCURRENCY", "3")
     return {
+        # Settings from gunicorn.conf.py (workers: WEB_CONCURRENCY); the access log on stdout.
         "web": [
             str(BIN / "gunicorn"),
             "config.wsgi:application",
             "--bind",
             f"127.0.0.1:{port}",
-            "--workers",
-            workers,
             "--access-logfile",
             "-",
-            "--graceful-timeout",
-            "5",
         ],
         "worker": [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "2"],
         "beat": [

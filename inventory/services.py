@@ -31,6 +31,14 @@ def stock_set_total(*, activity_id: int, total: int) -> None:
         raise InsufficientStock("the total can only change before any unit is sold")
 
 
+def stock_lock(*, activity_id: int) -> None:
+    """Hold the activity's stock row until the transaction ends. Every order creation
+    takes it as well (``stock_deduct``), so whatever the holder reads next is ordered
+    against them: an order committed before is visible, one in progress waits."""
+    assert transaction.get_connection().in_atomic_block, "a row lock lasts only as long as its transaction"
+    list(SeckillStock.objects.select_for_update().filter(activity_id=activity_id).values_list("pk", flat=True))
+
+
 def stock_deduct(*, activity_id: int, orders: Sequence, reason: str = "order_created", keep: int = 0) -> None:
     """Take the units of ``orders`` (already inserted, same transaction) from the stock,
     leaving at least ``keep`` units (the database path keeps the safety stock).

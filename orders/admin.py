@@ -67,7 +67,19 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
     fieldsets = [
         (
             None,
-            {"fields": ["kind", "status", "activity", "user", "order", "reservation_id", "fault_key", "created_at"]},
+            {
+                "fields": [
+                    "kind",
+                    "status",
+                    "activity",
+                    "user",
+                    "order",
+                    "shard",
+                    "reservation_id",
+                    "fault_key",
+                    "created_at",
+                ]
+            },
         ),
         ("Evidence", {"fields": ["details_pretty", "redis_state", "order_state", "ledger"]}),
         ("Resolution", {"fields": ["resolution_note", "resolved_by", "resolved_at", "history_pretty"]}),

@@ -51,6 +51,28 @@ class Order(models.Model):
         return self.order_no
 
 
+class ReleasedReservation(models.Model):
+    """A reservation given back without an order (the database guard said no, the shopper
+    already had one, the replay gave up, staff returned it): its units went back to Redis,
+    so it must never become an order as well. Recorded before the Redis release, under
+    the stock row's lock, so a late or concurrent consumer of the same reservation finds
+    it (``orders.services.reservation_give_up``)."""
+
+    activity = models.ForeignKey("seckill.Activity", on_delete=models.CASCADE, related_name="+")
+    shard = models.PositiveSmallIntegerField(default=0)
+    reservation_id = models.CharField(max_length=64)
+    reason = models.CharField(max_length=40)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["activity", "shard", "reservation_id"], name="released_reservation_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.activity_id}-{self.shard}-{self.reservation_id} ({self.reason})"
+
+
 class AnomalyOrder(models.Model):
     """Something Redis and the database disagree on, for staff to review."""
 
@@ -71,6 +93,9 @@ class AnomalyOrder(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT)
     order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="anomalies")
     reservation_id = models.CharField(max_length=64, blank=True)
+    # The stock shard its reservation or order came from (S > 1): log ids are unique per
+    # shard only, and a staff return gives the units back to this shard.
+    shard = models.PositiveSmallIntegerField(default=0)
     # Names the fault for anomalies without a reservation ("order:<id>", "redis:-3"), so
     # a reconciliation run that sees the same fault again does not open it twice.
     fault_key = models.CharField(max_length=100, blank=True)
@@ -90,9 +115,9 @@ class AnomalyOrder(models.Model):
         constraints = [
             # Opening the same anomaly twice (a retried task) records it once.
             models.UniqueConstraint(
-                fields=["kind", "activity", "reservation_id"],
+                fields=["kind", "activity", "shard", "reservation_id"],
                 condition=~models.Q(reservation_id=""),
-                name="anomaly_once_per_reservation",
+                name="anomaly_once_per_shard_reservation",
             ),
             models.UniqueConstraint(
                 fields=["kind", "activity", "fault_key"],

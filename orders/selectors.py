@@ -42,10 +42,11 @@ def _text(value) -> str | None:
 def anomaly_evidence(*, anomaly: AnomalyOrder) -> dict:
     """What staff need to judge an anomaly: the Redis state of its shopper and
     reservation, its order and that order's ledger entries."""
-    order = anomaly.order
+    order, shard = anomaly.order, anomaly.shard
     if order is None and anomaly.reservation_id:
-        order = Order.objects.filter(activity_id=anomaly.activity_id, reservation_id=anomaly.reservation_id).first()
-    shard = int((anomaly.details or {}).get("shard", order.shard if order else 0))
+        order = Order.objects.filter(
+            activity_id=anomaly.activity_id, shard=shard, reservation_id=anomaly.reservation_id
+        ).first()
     keys = ActivityKeys(anomaly.activity_id).shard(shard)
     users = ActivityKeys(anomaly.activity_id)
     if anomaly.activity.shards > 1:

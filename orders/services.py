@@ -15,13 +15,13 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from inventory.services import InsufficientStock, stock_deduct, stock_return
+from inventory.services import InsufficientStock, stock_deduct, stock_lock, stock_return
 from seckill import metrics
 from seckill.models import Activity
 from seckill.reservations import order_units_return, reservation_release, reservations_acknowledge_entries
 from seckill.scripts import LogEntry
 
-from .models import AnomalyOrder, Order
+from .models import AnomalyOrder, Order, ReleasedReservation
 
 logger = logging.getLogger(__name__)
 
@@ -51,18 +51,21 @@ def anomaly_record(
     order: Order | None = None,
     fault_key: str = "",
 ) -> tuple[AnomalyOrder, bool]:
-    """Record an anomaly once per fault: per (kind, reservation) when it concerns a
-    reservation, per (kind, fault_key) otherwise. Returns (anomaly, opened now)."""
+    """Record an anomaly once per fault: per (kind, shard, reservation) when it concerns
+    a reservation, per (kind, fault_key) otherwise. Returns (anomaly, opened now)."""
     user_id = entry.user_id if entry else (order.user_id if order else None)
     if user_id is not None and not get_user_model().objects.filter(pk=user_id).exists():
         # The shopper's row is gone (the very reason a replay may fail): keep the id in
         # the details, since a foreign key to a missing row would fail this insert too.
         details = {**details, "user_id": user_id}
         user_id = None
-    defaults = {"user_id": user_id, "order": order, "details": details}
+    # The shard names the units' home (S > 1), and with the id the reservation: log ids
+    # are unique per shard only.
+    shard = entry.shard if entry is not None else (order.shard if order is not None else 0)
+    defaults = {"user_id": user_id, "order": order, "details": details, "shard": shard}
     if entry is not None:
         anomaly, created = AnomalyOrder.objects.get_or_create(
-            kind=kind, activity_id=activity_id, reservation_id=entry.reservation_id, defaults=defaults
+            kind=kind, activity_id=activity_id, shard=shard, reservation_id=entry.reservation_id, defaults=defaults
         )
     elif fault_key:
         anomaly, created = AnomalyOrder.objects.get_or_create(
@@ -147,30 +150,87 @@ def _insert_orders(*, activity_id: int, entries: list[LogEntry]) -> list[NewOrde
 _REFUSAL_REASONS = {AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock", AnomalyOrder.Kind.DUPLICATE_RESERVATION: "duplicate"}
 
 
-def _reservation_refuse(*, activity_id: int, entry: LogEntry, kind: str, free_participant: bool) -> None:
-    """A reservation the database will not honour: its units go back to Redis, and staff
-    get an anomaly. Released first, so a failing anomaly insert cannot keep the stock."""
-    live_shard, live = 0, ""
-    if not free_participant:
-        live_shard, live = (
-            Order.objects.filter(activity_id=activity_id, user_id=entry.user_id, status__in=Order.LIVE_STATUSES)
-            .values_list("shard", "reservation_id")
-            .first()
-        ) or (0, "")
-    reservation_release(
+def reservation_give_up(*, activity_id: int, entry: LogEntry, reason: str) -> bool:
+    """Give a reservation back for good: record in the database that it will never
+    become an order, then return its units to Redis. False, and nothing moves, when it
+    has an order already (the order holds the units).
+
+    The record is written under the stock row's lock, which every order creation takes
+    too: an order committed before is seen here, and a consumer still inserting one
+    finds the record after its own lock and backs out (``orders_create_from_reservations``).
+    Without it a late or concurrent consumer could order units already back on sale.
+    If the Redis release fails after the commit, the entry stays in the log and the
+    next drain or replay releases it (it finds the record).
+    """
+    with transaction.atomic():
+        stock_lock(activity_id=activity_id)
+        if Order.objects.filter(
+            activity_id=activity_id, shard=entry.shard, reservation_id=entry.reservation_id
+        ).exists():
+            return False
+        ReleasedReservation.objects.bulk_create(
+            [
+                ReleasedReservation(
+                    activity_id=activity_id, shard=entry.shard, reservation_id=entry.reservation_id, reason=reason
+                )
+            ],
+            ignore_conflicts=True,
+        )
+    _reservation_units_back(activity_id=activity_id, entry=entry, reason=reason)
+    return True
+
+
+def _reservation_units_back(*, activity_id: int, entry: LogEntry, reason: str) -> bool:
+    """The Redis half of a give-up (once: the release acts only while the entry is in the
+    log). A shopper who holds a live order stays a participant, recorded under that
+    order's reservation (so cancelling it frees them); anyone else may try again."""
+    live_shard, live = (
+        Order.objects.filter(activity_id=activity_id, user_id=entry.user_id, status__in=Order.LIVE_STATUSES)
+        .values_list("shard", "reservation_id")
+        .first()
+    ) or (0, "")
+    return reservation_release(
         activity_id=activity_id,
         entry=entry,
-        free_participant=free_participant,
-        reason=_REFUSAL_REASONS[kind],
+        free_participant=not live,
+        reason=reason,
         live_reservation_id=live,
         live_shard=live_shard,
     )
+
+
+def _reservations_given_up(*, activity_id: int, entries) -> set[tuple[int, str]]:
+    """(shard, reservation id) of those of ``entries`` (log entries or orders) given up."""
+    keys = {(e.shard, e.reservation_id) for e in entries}
+    if not keys:
+        return set()
+    recorded = ReleasedReservation.objects.filter(
+        activity_id=activity_id, reservation_id__in=[rid for _, rid in keys]
+    ).values_list("shard", "reservation_id")
+    return keys & set(recorded)
+
+
+class _GivenUpMeanwhile(Exception):
+    """Some reservations of the batch were given up while it was being inserted."""
+
+    def __init__(self, keys: set[tuple[int, str]]):
+        super().__init__(f"{len(keys)} reservation(s) given up meanwhile")
+        self.keys = keys
+
+
+def _reservation_refuse(*, activity_id: int, entry: LogEntry, kind: str) -> bool:
+    """A reservation the database will not honour: its units go back to Redis, and staff
+    get an anomaly. Released first, so a failing anomaly insert cannot keep the stock.
+    False when the reservation turned out to have an order (a concurrent consumer)."""
+    if not reservation_give_up(activity_id=activity_id, entry=entry, reason=_REFUSAL_REASONS[kind]):
+        return False
     anomaly_open(
         kind=kind,
         activity_id=activity_id,
         entry=entry,
         details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
     )
+    return True
 
 
 def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]) -> BatchOutcome:
@@ -178,7 +238,8 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
 
     Idempotent: a reservation that already has an order counts as done. A reservation
     the database cannot honour (no stock, or the shopper already holds a live order)
-    is released in Redis and recorded as an anomaly.
+    is released in Redis and recorded as an anomaly. A reservation given up before
+    (``reservation_give_up``) never becomes an order: its units are on sale again.
     """
     outcome = BatchOutcome()
     if not entries:
@@ -189,16 +250,32 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
         with transaction.atomic():
             inserted = _insert_orders(activity_id=activity_id, entries=entries)
             stock_deduct(activity_id=activity_id, orders=inserted)
+            # Read after the stock row's lock (taken by the deduction): a give-up committed
+            # before it is visible now, and one still to come waits for this commit.
+            given_up = _reservations_given_up(activity_id=activity_id, entries=inserted)
+            if given_up:
+                raise _GivenUpMeanwhile(given_up)
+    except _GivenUpMeanwhile as exc:
+        # Rare (a late or duplicate task): the batch again without them.
+        for entry in entries:
+            if (entry.shard, entry.reservation_id) in exc.keys:
+                _reservation_units_back(activity_id=activity_id, entry=entry, reason="given_up")
+                outcome.released.append(entry.reservation_id)
+        rest = [e for e in entries if (e.shard, e.reservation_id) not in exc.keys]
+        outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=rest))
+        return outcome
     except InsufficientStock:
         if len(entries) > 1:
             # Find the reservations the database cannot honour, one at a time.
             for entry in entries:
                 outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=[entry]))
             return outcome
-        _reservation_refuse(
-            activity_id=activity_id, entry=entries[0], kind=AnomalyOrder.Kind.DB_GUARD_FAILED, free_participant=True
-        )
-        outcome.released.append(entries[0].reservation_id)
+        (entry,) = entries
+        if _reservation_refuse(activity_id=activity_id, entry=entry, kind=AnomalyOrder.Kind.DB_GUARD_FAILED):
+            outcome.released.append(entry.reservation_id)
+            return outcome
+        outcome.already_done.append(entry.reservation_id)  # a concurrent consumer made its order
+        reservations_acknowledge_entries(activity_id=activity_id, entries=[entry])
         return outcome
 
     outcome.created = [o.reservation_id for o in inserted]
@@ -216,20 +293,26 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
                 activity_id=activity_id, reservation_id__in=[e.reservation_id for e in skipped]
             ).values_list("shard", "reservation_id")
         )
+        given_up = _reservations_given_up(activity_id=activity_id, entries=skipped)
         for entry in skipped:
-            if (entry.shard, entry.reservation_id) in ordered:
+            key = (entry.shard, entry.reservation_id)
+            if key in ordered:
                 outcome.already_done.append(entry.reservation_id)
-                done.add((entry.shard, entry.reservation_id))
-                continue
-            # The shopper already holds a live order: Redis let a second reservation
-            # through (e.g. participants lost in a restart). The constraint said no.
-            _reservation_refuse(
+                done.add(key)
+            elif key in given_up:  # given up before; its Redis release may not have finished
+                _reservation_units_back(activity_id=activity_id, entry=entry, reason="given_up")
+                outcome.released.append(entry.reservation_id)
+            elif _reservation_refuse(
+                # The shopper already holds a live order: Redis let a second reservation
+                # through (e.g. participants lost in a restart). The constraint said no.
                 activity_id=activity_id,
                 entry=entry,
                 kind=AnomalyOrder.Kind.DUPLICATE_RESERVATION,
-                free_participant=False,
-            )
-            outcome.released.append(entry.reservation_id)
+            ):
+                outcome.released.append(entry.reservation_id)
+            else:
+                outcome.already_done.append(entry.reservation_id)
+                done.add(key)
     reservations_acknowledge_entries(
         activity_id=activity_id, entries=[e for e in entries if (e.shard, e.reservation_id) in done]
     )
@@ -581,11 +664,9 @@ def anomaly_stock_return(*, anomaly: AnomalyOrder, by, note: str = "") -> str:
         entry = reservation_entry(
             activity_id=anomaly.activity_id,
             reservation_id=anomaly.reservation_id,
-            shard=int((anomaly.details or {}).get("shard", 0)),
+            shard=anomaly.shard,
         )
-        if entry and reservation_release(
-            activity_id=anomaly.activity_id, entry=entry, free_participant=True, reason="staff"
-        ):
+        if entry and reservation_give_up(activity_id=anomaly.activity_id, entry=entry, reason="staff"):
             result = f"reservation {entry.reservation_id} released, {entry.quantity} unit(s) returned"
     if not result:
         raise AnomalyActionError("nothing to return: the units were already given back")

@@ -24,6 +24,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from .authentication import CachedTokenAuthentication
 from .captcha import captcha_consume
 from .errors import ApiError
+from .limited import limited_for, limited_remember
 from .models import Activity
 from .redis_client import stock_redis
 from .scripts import run_admission
@@ -154,7 +155,15 @@ def redis_away() -> bool:
     return redis_breaker().state != redis_breaker().CLOSED
 
 
+def _rate_limited(retry_after: float, detail: str = "Too many requests; please slow down.") -> ApiError:
+    return ApiError(429, "rate_limited", detail, retry_after=max(1, math.ceil(retry_after)))
+
+
 def _limit(request, *, group: str, value: str, rate: str) -> None:
+    memory_key = f"{group}:{value}"
+    left = limited_for(memory_key)
+    if left is not None:
+        raise _rate_limited(left)  # over until its window ends: no need to ask Redis
     if redis_away():
         return
     try:
@@ -164,9 +173,8 @@ def _limit(request, *, group: str, value: str, rate: str) -> None:
         logger.warning("rate limit %s not checked: %s", group, exc)
         return
     if usage is not None and usage["should_limit"]:
-        raise ApiError(
-            429, "rate_limited", "Too many requests; please slow down.", retry_after=max(1, usage["time_left"])
-        )
+        limited_remember(memory_key, usage["time_left"])
+        raise _rate_limited(usage["time_left"])
 
 
 def traffic_limit_check(request, *, scope: str, user_id: int, rate_per_user: str, rate_per_ip: str) -> None:
@@ -186,6 +194,10 @@ def purchase_admission_check(activity: ActivitySnapshot) -> None:
     if not rate:
         return
     burst = activity.admission_burst or settings.SECKILL_ADMISSION_BURST or rate
+    memory_key = f"admission:{activity.id}"
+    left = limited_for(memory_key)
+    if left is not None:
+        raise _rate_limited(left, "The sale is very busy; please try again.")  # no token due before then
     if redis_away():
         return
     try:
@@ -194,12 +206,8 @@ def purchase_admission_check(activity: ActivitySnapshot) -> None:
         logger.warning("admission cap of activity %s not checked: %s", activity.id, exc)
         return  # the stock script meets the same Redis and answers busy
     if not admitted:
-        raise ApiError(
-            429,
-            "rate_limited",
-            "The sale is very busy; please try again.",
-            retry_after=max(1, math.ceil(wait_ms / 1000)),
-        )
+        limited_remember(memory_key, wait_ms / 1000)
+        raise _rate_limited(wait_ms / 1000, "The sale is very busy; please try again.")
 
 
 def purchase_rate_check(request, *, activity: ActivitySnapshot, user_id: int) -> None:

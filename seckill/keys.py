@@ -122,6 +122,13 @@ class ActivityKeys:
     def resync_lock(self) -> str:
         return f"seckill:{self.tag}:resync"
 
+    @property
+    def lifecycle_lock(self) -> str:
+        """The lock that lets warm-ups and the close of an activity run one at a time.
+        No hash tag on purpose: the close removes every key carrying the activity's tag
+        while it holds this one (a lock touches one key, so any slot will do)."""
+        return f"seckill:lifecycle:a{self.activity_id}"
+
     def expiry_scheduled(self, due_second: int) -> str:
         """Flag: a payment-deadline task is scheduled for this second (Unix time)."""
         return f"seckill:{self.tag}:expiry:{due_second}"

@@ -9,8 +9,9 @@ Buckets and their actions:
   grace are replayed into orders; after the attempt limit the replay returns the
   stock and opens an anomaly.
 - pending_past_deadline: cancelled with reason "timeout" (stock back to both sides).
-- cancelled_not_returned (cancelled since the last warm-up, not in the Redis
-  ``returned`` set): their units are returned to Redis, once.
+- cancelled_not_returned (cancelled orders not in the Redis ``returned`` set, which
+  names the cancelled orders whose units are in the stock key): their units are
+  returned to Redis, once.
 - not_deducted (live orders without a DEDUCT ledger row): deducted now when the
   database has the units in excess (the deduction never happened); a paid one, and
   one whose ledger row alone is missing, becomes an anomaly.
@@ -131,7 +132,7 @@ def _db_figures(activity_id: int, redis_state: _RedisState) -> dict:
         if fresh:
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        activity = Activity.objects.only("pk", "warmed_at", "status").get(pk=activity_id)
+        activity = Activity.objects.only("pk", "status").get(pk=activity_id)
         stock = SeckillStock.objects.get(activity_id=activity_id)
         orders = Order.objects.filter(activity_id=activity_id)
         sums = orders.aggregate(
@@ -149,14 +150,13 @@ def _db_figures(activity_id: int, redis_state: _RedisState) -> dict:
             .order_by("id")
             .values("id", "order_no", "status", "quantity")
         )
-        # Units of orders cancelled before the last warm-up are in the stock it derived.
-        since_warm = orders.filter(status=Order.Status.CANCELLED)
-        if activity.warmed_at is not None:
-            since_warm = since_warm.filter(cancelled_at__gte=activity.warmed_at)
-        # Needed only when the Redis set of returned orders lacks some cancelled ones.
-        maybe_missing = redis_state.snapshot.warmed and redis_state.returned_count != sums["cancelled_orders"]
-        cancelled_since_warm = (
-            list(since_warm.only("pk", "activity_id", "order_no", "user_id", "quantity", "reservation_id", "shard"))
+        # The ``returned`` set names exactly the cancelled orders whose units are in the
+        # Redis stock (a warm-up derives the stock without the others and then returns
+        # them), so the lookup is needed only when the set lacks some cancelled orders.
+        maybe_missing = redis_state.returned_count != sums["cancelled_orders"]
+        cancelled = orders.filter(status=Order.Status.CANCELLED)
+        cancelled_maybe_not_returned = (
+            list(cancelled.only("pk", "activity_id", "order_no", "user_id", "quantity", "reservation_id", "shard"))
             if maybe_missing
             else []
         )
@@ -171,7 +171,7 @@ def _db_figures(activity_id: int, redis_state: _RedisState) -> dict:
         "pending_overdue": sums["pending_overdue"],
         "ordered_log_ids": ordered_log_ids,
         "not_deducted": not_deducted,
-        "cancelled_since_warm": cancelled_since_warm,
+        "cancelled_maybe_not_returned": cancelled_maybe_not_returned,
     }
 
 
@@ -179,7 +179,7 @@ def _not_returned(client: redis.Redis, keys: ActivityKeys, db: dict) -> list[Ord
     """Cancelled orders whose units Redis has not taken back. The set holds only
     cancelled orders, so equal sizes mean all are in it and no lookup is needed."""
     by_shard: dict[int, list[Order]] = {}
-    for order in db["cancelled_since_warm"]:
+    for order in db["cancelled_maybe_not_returned"]:
         by_shard.setdefault(order.shard, []).append(order)
     missing = []
     for shard, candidates in sorted(by_shard.items()):
@@ -238,7 +238,7 @@ def _act(activity_id: int, m: Measurement, grace: float) -> tuple[dict, int]:
         opened += replay.released  # each release opens its anomaly (once: the entry leaves the log)
     if m.db["pending_overdue"]:
         actions["orders_cancelled"] = orders_expire_overdue(activity_id=activity_id)
-    if m.not_returned:
+    if m.not_returned and m.redis.warmed:  # without a stock key the next warm-up returns them
         actions["orders_returned_to_redis"] = orders_units_return(orders=m.not_returned)
     deductible = {o["id"] for o in m.deductible}
     for item in m.db["not_deducted"]:
@@ -393,9 +393,3 @@ def _observe(activity_id: int, report: dict) -> None:
             report["unexplained_drift"],
             report["anomalies_opened"],
         )
-
-
-def reconciliation_snapshot(*, activity_id: int) -> tuple[RedisSnapshot, dict]:
-    """The consistent picture alone (warm-up derives the stock from it)."""
-    measured = reconciliation_measure(activity_id=activity_id)
-    return measured.redis, measured.db

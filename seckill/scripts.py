@@ -172,12 +172,15 @@ def run_return(
     return bool(returned)
 
 
-def run_warmup(client: redis.Redis, keys: ActivityKeys, *, remaining: int, loaded: int, expected: int | None) -> bool:
-    """Set the stock if it still is ``expected`` (None: no stock key); True if written."""
+def run_warmup(
+    client: redis.Redis, keys: ActivityKeys, *, remaining: int, loaded: int, expected: int | None, log_length: int
+) -> bool:
+    """Set the stock if it still is ``expected`` (None: no stock key, and then the log
+    still ``log_length`` entries long); True if written."""
     with script_timer("warmup"):
         written = WARMUP(
-            keys=[keys.stock, keys.loaded],
-            args=[remaining, loaded, "" if expected is None else str(expected)],
+            keys=[keys.stock, keys.loaded, keys.log],
+            args=[remaining, loaded, "" if expected is None else str(expected), log_length],
             client=client,
         )
     return bool(written)

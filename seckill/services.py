@@ -20,8 +20,8 @@ from .errors import ApiError
 from .keys import ActivityKeys, claim_value
 from .models import Activity
 from .redis_client import stock_redis
-from .reservations import reservation_attempt, reservation_release, reservations_pending
-from .scripts import ScriptCode, run_reserve, run_warmup, warmup_shares
+from .reservations import reservation_attempt, reservations_pending
+from .scripts import ScriptCode, run_claim_settle, run_reserve, run_warmup, warmup_shares
 from .selectors import (
     ActivitySnapshot,
     activity_snapshot_fill,
@@ -163,6 +163,8 @@ class WarmupError(Exception):
 
 
 _WARMUP_TRIES = 5
+# Longer than any warm-up or close takes; a holder that dies frees it after this.
+_LIFECYCLE_LOCK_TIMEOUT = 300
 
 
 @dataclass(frozen=True)
@@ -183,11 +185,43 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
     """Load an activity's stock into Redis and check what was written.
 
     The stock is always derived: the database's available units, less the safety
-    stock, less the reservations still in the log without an order. Before the start
-    that is ``total - safety``; after a Redis restart it is what is really left.
-    Participants (live orders and logged reservations) are restored first, so nobody
-    can buy twice. A live activity's existing stock is kept unless ``force``.
+    stock, less the reservations still in the log without an order, less the cancelled
+    orders whose units Redis has not taken back yet (those are returned right after,
+    once each). Before the start that is ``total - safety``; after a Redis restart it is
+    what is really left. Participants (live orders and logged reservations) are
+    restored first, so nobody can buy twice; those the picture had wrong by the end are
+    corrected. A live activity's existing stock is kept
+    unless ``force``. One warm-up or close of an activity at a time (a redis-py Lock).
     """
+    lock = _lifecycle_lock(activity_id)
+    if not lock.acquire():
+        raise WarmupError(f"activity {activity_id} is being warmed or closed by another process; try again")
+    try:
+        return _activity_warmup(activity_id=activity_id, force=force)
+    finally:
+        _lock_release(lock)
+
+
+def _lifecycle_lock(activity_id: int):
+    """Warm-ups and the end of a close exclude each other: a warm-up that outlived the
+    close's removal of the keys would write a live stock key for an ended activity."""
+    return stock_redis().lock(
+        ActivityKeys(activity_id).lifecycle_lock, timeout=_LIFECYCLE_LOCK_TIMEOUT, blocking_timeout=30
+    )
+
+
+def _lock_release(lock) -> None:
+    try:
+        lock.release()
+    except redis.exceptions.LockError:
+        logger.error("lifecycle lock %s expired before its holder finished", lock.name)
+
+
+def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
+    from orders.services import orders_units_return
+
+    from .reconciliation import reconciliation_measure
+
     activity = Activity.objects.get(pk=activity_id)
     if activity.status == Activity.Status.ENDED:
         raise WarmupError(f"activity {activity_id} has ended and been cleaned up; it cannot be warmed")
@@ -200,69 +234,92 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
             "use --force (the admin action 'force re-warm') to re-derive it from the database"
         )
 
-    from .reconciliation import reconciliation_snapshot
-
+    written_records: dict[int, str] = {}  # the participant records this warm-up wrote
+    written = False
     for _ in range(_WARMUP_TRIES):
         # Redis and the database read as one consistent picture (the reconciliation's).
-        redis_state, db = reconciliation_snapshot(activity_id=activity_id)
-        unordered = [e for e in redis_state.log if (e.shard, e.reservation_id) not in db["ordered_log_ids"]]
-        unordered_units = sum(e.quantity for e in unordered)
+        picture = reconciliation_measure(activity_id=activity_id)
+        db = picture.db
         if db["db_total"] != activity.total_stock:
             raise WarmupError(
                 f"database stock total {db['db_total']} differs from the activity's {activity.total_stock}"
             )
-        remaining = db["db_available"] - activity.safety_stock - unordered_units
+        unordered_units = picture.reserved_not_ordered_units
+        not_returned_units = sum(o.quantity for o in picture.not_returned)
+        remaining = db["db_available"] - activity.safety_stock - unordered_units - not_returned_units
         if remaining < 0:
             raise WarmupError(
                 f"cannot warm: database available {db['db_available']} - safety {activity.safety_stock} "
-                f"- unordered reservations {unordered_units} is negative; reconcile first"
+                f"- unordered reservations {unordered_units} - cancelled units not yet returned "
+                f"{not_returned_units} is negative; reconcile first"
             )
-        live = Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES)
-        if shards == 1:
-            participants = dict(live.values_list("user_id", "reservation_id"))
-            participants.update({e.user_id: e.reservation_id for e in unordered})
-        else:
-            participants = {u: claim_value(s, r) for u, s, r in live.values_list("user_id", "shard", "reservation_id")}
-            participants.update({e.user_id: claim_value(e.shard, e.reservation_id) for e in unordered})
+        participants = _participants(activity_id=activity_id, picture=picture, shards=shards)
         _participants_restore(client, keys, participants, shards=shards)
+        written_records |= participants
         # Compare-and-set against the stock the picture was taken with: a purchase or a
-        # release in between changes it, and the derivation is taken again.
+        # release in between changes it, and the derivation is taken again. (Every step
+        # that moves the stock also moves a term of the derivation by as much, so a
+        # stock that went away and came back to the same figure is still right.)
+        log_lengths = [sum(1 for e in picture.redis.log if e.shard == i) for i in range(shards)]
         if shards == 1:
             written = run_warmup(
-                client, keys, remaining=remaining, loaded=activity.redis_loaded_units, expected=redis_state.stock
+                client,
+                keys,
+                remaining=remaining,
+                loaded=activity.redis_loaded_units,
+                expected=picture.redis.stock,
+                log_length=log_lengths[0],
             )
         else:
             # Each shard gets an even share of the stock and of ``loaded`` (their sums are
             # the activity's); every shard must be written in the same round.
-            expected = redis_state.shard_stocks
+            expected = picture.redis.shard_stocks
             shares = zip(
                 warmup_shares(remaining, shards), warmup_shares(activity.redis_loaded_units, shards), strict=True
             )
             written = all(
                 [
-                    run_warmup(client, keys.shard(i), remaining=r, loaded=loaded, expected=expected[i])
+                    run_warmup(
+                        client,
+                        keys.shard(i),
+                        remaining=r,
+                        loaded=loaded,
+                        expected=expected[i],
+                        log_length=log_lengths[i],
+                    )
                     for i, (r, loaded) in enumerate(shares)
                 ]
             )
         if written:
             break
-    else:
+
+    after = reconciliation_measure(activity_id=activity_id)
+    # A picture taken after every write: a record written from an older picture whose
+    # shopper cancelled, was released or bought again since is corrected, winning round
+    # or not, so a re-warm leaves nobody blocked who may buy again.
+    now_participants = _participants(activity_id=activity_id, picture=after, shards=shards)
+    _participants_correct(client, keys, written_records, now_participants, shards=shards)
+    if not written:
         raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
+    # The units the derivation left out (and those of orders cancelled while the key was
+    # missing) go back now, each once (return.lua's ``returned`` set).
+    orders_units_return(orders=after.not_returned)
 
     # Read back what Redis holds now and compare it with the database. Once the sale
     # runs, purchases may already have moved the stock; the loaded units may not move.
     read_stock, read_loaded = redis_stock_totals(activity_id=activity_id, shards=shards)
     if shards > 1:
-        display_total_refresh(activity_id=activity_id, shards=shards)
+        display_total_refresh(activity_id=activity_id, shards=shards, create=True)
+    expected_stock = remaining + sum(o.quantity for o in after.not_returned)
     if (
         read_stock is None
         or read_loaded is None
         or int(read_loaded) != activity.redis_loaded_units
-        or (not started and int(read_stock) != remaining)
+        or (not started and int(read_stock) != expected_stock)
     ):
         raise WarmupError(
             f"read-back mismatch: Redis holds stock={read_stock!r} loaded={read_loaded!r}, "
-            f"expected {remaining} and {activity.redis_loaded_units}"
+            f"expected {expected_stock} and {activity.redis_loaded_units}"
         )
     Activity.objects.filter(pk=activity_id).exclude(status=Activity.Status.ENDED).update(
         status=Activity.Status.WARMED, warmed_at=timezone.now()
@@ -280,27 +337,63 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
     )
 
 
+def _participants(*, activity_id: int, picture, shards: int) -> dict[int, str]:
+    """Who holds a live order or a logged reservation, and the record naming it:
+    the reservation id, or (S > 1) the claim "<shard>:<reservation id>"."""
+    live = Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES)
+    if shards == 1:
+        participants = dict(live.values_list("user_id", "reservation_id"))
+        participants.update({e.user_id: e.reservation_id for e in picture.unordered})
+    else:
+        participants = {u: claim_value(s, r) for u, s, r in live.values_list("user_id", "shard", "reservation_id")}
+        participants.update({e.user_id: claim_value(e.shard, e.reservation_id) for e in picture.unordered})
+    return participants
+
+
+def _participants_target(keys: ActivityKeys, user_id: int, shards: int) -> ActivityKeys:
+    """The activity's users hash, or (S > 1) the user's partition."""
+    return keys if shards == 1 else keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+
+
 def _participants_restore(client, keys: ActivityKeys, participants: dict, *, shards: int) -> None:
     """Write the shoppers' records: the activity's users hash, or (S > 1) their partitions."""
     by_hash: dict[str, dict] = {}
     for user_id, value in participants.items():
-        target = keys if shards == 1 else keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
-        by_hash.setdefault(target.users, {})[user_id] = value
+        by_hash.setdefault(_participants_target(keys, user_id, shards).users, {})[user_id] = value
     for name, mapping in by_hash.items():
         items = list(mapping.items())
         for i in range(0, len(items), 1000):
             client.hset(name, mapping=dict(items[i : i + 1000]))
 
 
-def display_total_refresh(*, activity_id: int, shards: int) -> int | None:
+def _participants_correct(client, keys: ActivityKeys, written: dict, now: dict, *, shards: int) -> None:
+    """Set each record this warm-up wrote to what the latest picture says (removed when
+    the shopper holds nothing now), each only if it is still the one written (a
+    compare-and-set: a script that changed it since knows better)."""
+    for user_id, value in written.items():
+        if now.get(user_id) != value:
+            run_claim_settle(
+                client,
+                _participants_target(keys, user_id, shards),
+                user_id=user_id,
+                expected=value,
+                new=now.get(user_id, ""),
+            )
+
+
+def display_total_refresh(*, activity_id: int, shards: int, create: bool = False) -> int | None:
     """S > 1: store the sum of the shard stocks where pages read the remaining units
-    (removed while any shard is not warmed, so pages show "not warmed" then)."""
+    (removed while any shard is not warmed, so pages show "not warmed" then).
+
+    Only the warm-up ``create``s it (under the lifecycle lock); beat's refresh updates
+    one that exists (SET XX), so a refresh that read the shards just before the close
+    removed them cannot write it back for the ended activity."""
     client, keys = stock_redis(), ActivityKeys(activity_id)
     stock, _ = redis_stock_totals(activity_id=activity_id, shards=shards)
     if stock is None:
         client.delete(keys.display)
     else:
-        client.set(keys.display, stock)
+        client.set(keys.display, stock, xx=not create)
     return stock
 
 
@@ -318,19 +411,18 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
 
     The caller has run gate 1 (input, time window, token). Raises ApiError otherwise.
     With Redis away, the circuit breaker sends purchases to the database path
-    (``seckill.fallback``); its half-open probe re-synchronises the stock first.
+    (``seckill.fallback``); its half-open probe waits for those in flight to commit,
+    then re-synchronises the stock before it closes (``seckill.breaker``).
     """
     from .breaker import redis_breaker
-    from .fallback import busy, purchase_fallback, stock_resync
+    from .fallback import busy, stock_resync
 
     breaker = redis_breaker()
     ticket = breaker.allow()
     if ticket is None:
-        if breaker.state == breaker.HALF_OPEN:
-            raise busy()  # another request is re-synchronising the stock; a moment
-        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
+        return _purchase_database_path(breaker, activity=activity, user_id=user_id, quantity=quantity)
     try:
-        if ticket == "probe":
+        if ticket == breaker.PROBE:
             stock_resync()
         reply = run_reserve(
             stock_redis(),
@@ -343,18 +435,22 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         )
     except redis.TimeoutError as exc:
         # The script may have run: the outcome is unknown, so no second path may sell.
-        breaker.record_failure()
+        breaker.record_failure(ticket)
         logger.warning("purchase: Redis timed out for activity %s: %s", activity.id, exc)
         raise busy() from exc
     except redis.RedisError as exc:
-        breaker.record_failure()
+        breaker.record_failure(ticket)
         logger.warning("purchase: Redis unavailable for activity %s, database path: %s", activity.id, exc)
-        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
+        return _purchase_database_path(breaker, activity=activity, user_id=user_id, quantity=quantity)
     except WarmupError as exc:
-        breaker.record_failure()
+        breaker.record_failure(ticket)
         logger.error("purchase: re-synchronising the stock failed; breaker stays open: %s", exc)
-        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
-    breaker.record_success()
+        return _purchase_database_path(breaker, activity=activity, user_id=user_id, quantity=quantity)
+    except BaseException:
+        if ticket == breaker.PROBE:  # a probe ending any other way must not leave the breaker half-open
+            breaker.record_failure(ticket)
+        raise
+    breaker.record_success(ticket)
 
     # S > 1: one shard's figure (and a refusal after three tries) proves nothing about the others.
     if activity.shards == 1 and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
@@ -371,6 +467,20 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         logger.error("purchase: activity %s is live but not warmed", activity.id)
         raise ApiError(503, "busy", "The sale is not ready yet; please try again in a moment.", retry_after=2)
     raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
+
+
+def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
+    """The database path, only while the breaker is open; busy otherwise (closed after a
+    failure below the threshold, or half-open: the probe waits for this path to be idle).
+    The breaker counts the purchase in flight until it has committed or failed."""
+    from .fallback import busy, purchase_fallback
+
+    if not breaker.fallback_begin():
+        raise busy()
+    try:
+        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
+    finally:
+        breaker.fallback_end()
 
 
 def _enqueue_drain(activity_id: int) -> None:
@@ -421,7 +531,7 @@ def reservations_replay(*, activity_id: int, grace_seconds: float | None = None)
 
 
 def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayOutcome) -> None:
-    from orders.services import anomaly_open, orders_create_from_reservations
+    from orders.services import anomaly_open, orders_create_from_reservations, reservation_give_up
 
     batch_size = settings.SECKILL_ORDER_BATCH_SIZE
     after = None
@@ -452,7 +562,10 @@ def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayO
                     activity_id=activity_id, reservation_id=entry.reservation_id, shard=entry.shard
                 )
                 logger.warning("replay: reservation %s failed (attempt %s): %s", entry.reservation_id, attempts, exc)
-                if attempts >= settings.SECKILL_REPLAY_MAX_ATTEMPTS:
+                # Given up in the database first, so that no late task can still order it.
+                if attempts >= settings.SECKILL_REPLAY_MAX_ATTEMPTS and reservation_give_up(
+                    activity_id=activity_id, entry=entry, reason="replay_exhausted"
+                ):
                     anomaly_open(
                         kind=AnomalyOrder.Kind.REPLAY_EXHAUSTED,
                         activity_id=activity_id,
@@ -463,9 +576,6 @@ def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayO
                             "error": str(exc)[:500],
                             "attempts": attempts,
                         },
-                    )
-                    reservation_release(
-                        activity_id=activity_id, entry=entry, free_participant=True, reason="replay_exhausted"
                     )
                     outcome.released += 1
 
@@ -500,18 +610,26 @@ def activity_close(*, activity_id: int) -> dict:
         raise WarmupError(f"activity {activity_id} has not ended (or ended less than a moment ago); try again later")
     replay = reservations_drain(activity_id=activity_id)
     report = reconcile(activity_id=activity_id, final=True)
-    shards = ActivityKeys(activity_id).shards(activity.shards)
-    if any(stock_redis().xlen(k.log) for k in shards):
-        raise WarmupError(f"activity {activity_id}: reservations still without orders; keys kept, try again")
-    # ENDED first: from now on nothing writes the activity's Redis state again.
-    Activity.objects.filter(pk=activity_id).update(status=Activity.Status.ENDED)
-    activity_snapshot_forget(activity_id)
+    # No warm-up may run from here to the removal: one that started before would write
+    # the keys again after they are gone, one that starts after finds the activity ended.
+    lock = _lifecycle_lock(activity_id)
+    if not lock.acquire():
+        raise WarmupError(f"activity {activity_id} is being warmed; keys kept, try again")
     try:
-        removed = activity_keys_remove(activity_id=activity_id, shards=activity.shards)
-    except redis.RedisError:
-        # Back to warmed, so that the close task (beat) tries again.
-        Activity.objects.filter(pk=activity_id).update(status=Activity.Status.WARMED)
-        raise
+        shards = ActivityKeys(activity_id).shards(activity.shards)
+        if any(stock_redis().xlen(k.log) for k in shards):
+            raise WarmupError(f"activity {activity_id}: reservations still without orders; keys kept, try again")
+        # ENDED first: from now on nothing writes the activity's Redis state again.
+        Activity.objects.filter(pk=activity_id).update(status=Activity.Status.ENDED)
+        activity_snapshot_forget(activity_id)
+        try:
+            removed = activity_keys_remove(activity_id=activity_id, shards=activity.shards)
+        except redis.RedisError:
+            # Back to warmed, so that the close task (beat) tries again.
+            Activity.objects.filter(pk=activity_id).update(status=Activity.Status.WARMED)
+            raise
+    finally:
+        _lock_release(lock)
     return {"replay": asdict(replay), "reconciliation": report, "keys_removed": removed}
 
 

@@ -1,6 +1,7 @@
 """Periodic safety nets (beat) and scheduled steps of an activity's life."""
 
 import logging
+import time
 from dataclasses import asdict
 from datetime import timedelta
 
@@ -37,15 +38,35 @@ logger = logging.getLogger(__name__)
     max_retries=10,
 )
 def reservations_drain_task(activity_id: int) -> dict:
-    """Create the orders of every reservation in the log, in batches.
+    """Create the orders of every reservation in the log, in batches, for as long as
+    reservations keep coming (up to SECKILL_DRAIN_TASK_SECONDS).
 
-    The flag is cleared *before* reading the log: a reservation appended after that
-    sets it again and asks for another drain, so none waits for the replay. Sharded
-    stock (S > 1): every shard has its flag (one slot per script), all cleared here."""
+    While it works, the drain flag stays set (its lifetime renewed before every pass), so
+    a flood's purchases publish nothing: one message per burst, not one per small drain.
+    The flag is cleared only when a pass finds nothing new, and then the log is read once
+    more: a reservation appended before the clear saw the flag and asked no one, so this
+    last pass takes it; one appended after sets the flag again and asks for the next task.
+    Sharded stock (S > 1): every shard has its flag (one slot per script)."""
     client = stock_redis()
-    for keys in ActivityKeys(activity_id).shards(activity_shards(activity_id)):
-        client.delete(keys.drain)
-    return asdict(reservations_drain(activity_id=activity_id))
+    flags = [keys.drain for keys in ActivityKeys(activity_id).shards(activity_shards(activity_id))]
+    deadline = time.monotonic() + settings.SECKILL_DRAIN_TASK_SECONDS
+    totals: dict[str, int] = {}
+    while True:
+        for flag in flags:  # set, not just renewed: a task from elsewhere (a retry) claims it too
+            client.set(flag, "1", px=settings.SECKILL_DRAIN_KICK_TTL_MS)
+        outcome = asdict(reservations_drain(activity_id=activity_id))
+        _add(totals, outcome)
+        if not (outcome["created"] or outcome["released"]) or time.monotonic() > deadline:
+            break
+    client.delete(*flags)
+    _add(totals, asdict(reservations_drain(activity_id=activity_id)))
+    return totals
+
+
+def _add(totals: dict[str, int], outcome: dict) -> None:
+    for name, value in outcome.items():
+        if name != "activity_id":
+            totals[name] = totals.get(name, 0) + value
 
 
 @shared_task

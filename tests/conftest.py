@@ -1,18 +1,21 @@
 """Fixtures shared by the whole suite: real PostgreSQL and Redis (embedded unless the
 environment names them), a clean pair of Redis databases per test, real processes."""
 
+import os
+import uuid
+
 import pytest
 import redis
 from django.conf import settings
 from django.db import connection
 
-from seckill import selectors, soldout
+from seckill import limited, selectors, soldout
 from seckill.authentication import token_cache_clear
 from seckill.breaker import redis_breaker
 from seckill.fallback import _fallback_slots
 from seckill.redis_client import reset_stock_redis, stock_redis
 
-from .helpers import start_celery_worker, start_gunicorn
+from .helpers import start_celery_worker, start_gunicorn, subprocess_env
 
 
 def pytest_unconfigure(config):
@@ -59,10 +62,12 @@ def clean_redis():
         _amqp_queue(delete=False)
     selectors.activity_snapshot_forget()
     soldout.sold_out_forget()
+    limited.limited_forget()
     token_cache_clear()
     yield
     selectors.activity_snapshot_forget()
     soldout.sold_out_forget()
+    limited.limited_forget()
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +99,26 @@ def no_redis_inside_transactions(request, monkeypatch):
 @pytest.fixture
 def process_logs(tmp_path):
     return tmp_path
+
+
+RABBITMQ_URL = os.environ.get("SECKILL_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+@pytest.fixture
+def rabbit_env():
+    """The environment of processes whose broker is the RabbitMQ on this machine, with a
+    queue of this test's own (and the direct exchange Celery names after it), created
+    by the processes and deleted at the end: runs sharing one RabbitMQ never consume
+    each other's tasks."""
+    from kombu import Connection, Exchange, Queue
+
+    queue = f"seckill-test-{uuid.uuid4().hex[:12]}"
+    yield subprocess_env(CELERY_BROKER_URL=RABBITMQ_URL, CELERY_TASK_DEFAULT_QUEUE=queue)
+    with Connection(RABBITMQ_URL, connect_timeout=5) as conn:
+        channel = conn.channel()
+        Queue(queue, channel=channel).delete()
+        Exchange(queue, channel=channel).delete()
+        channel.close()
 
 
 @pytest.fixture

@@ -240,9 +240,13 @@ SECKILL_AUTOWARM_INTERVAL = env.float("SECKILL_AUTOWARM_INTERVAL", default=15.0)
 # Lifetime of a web process's copy of an activity (seconds).
 SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0)
 # Lifetime of the drain flag (ms): a purchase that finds no flag sets it and publishes one
-# drain task; the task clears it when it starts. Bounds the wait of a reservation whose
-# task was lost (broker down) before another purchase asks again; the replay is behind it.
+# drain task; the task keeps it set while it drains and clears it when the log is empty.
+# Bounds the wait of a reservation whose task was lost (broker down, worker killed) before
+# another purchase asks again; the replay is behind it.
 SECKILL_DRAIN_KICK_TTL_MS = env.int("SECKILL_DRAIN_KICK_TTL_MS", default=2000)
+# Longest a drain task keeps draining a flood before it ends and lets the next purchase
+# ask for a fresh one (bounded, so a broker's redelivery timeout is never reached).
+SECKILL_DRAIN_TASK_SECONDS = env.float("SECKILL_DRAIN_TASK_SECONDS", default=20.0)
 # Orders created per database transaction by the drain task.
 SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=100)
 # Default payment deadline (seconds) for new activities.

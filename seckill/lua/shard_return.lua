@@ -4,11 +4,13 @@
 -- KEYS[1] stock (of the shard)   KEYS[2] returned (set of order numbers, of the shard)
 -- ARGV[1] order number   ARGV[2] quantity
 --
--- Returns 1 when returned now, 0 when it had been returned before.
+-- Returns 1 when returned now, 0 when it had been returned before or the shard has no
+-- stock key (nothing recorded then: the next warm-up returns it, as in return.lua).
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return 0
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('INCRBY', KEYS[1], ARGV[2])
-end
+redis.call('INCRBY', KEYS[1], ARGV[2])
 return 1

@@ -3,14 +3,20 @@
 --
 -- A compare-and-set: the caller derived ``remaining`` from a snapshot in which the
 -- stock was ARGV[3]; a purchase or release since then changed it, and the caller must
--- derive again rather than overwrite a live sale with a stale figure.
+-- derive again rather than overwrite a live sale with a stale figure. Without a stock
+-- key nothing can buy, but a release still removes its log entry (and gives its units
+-- to no key): the log must also be as long as in the snapshot (ARGV[4]).
 --
--- KEYS[1] stock   KEYS[2] loaded
+-- KEYS[1] stock   KEYS[2] loaded   KEYS[3] log
 -- ARGV[1] remaining   ARGV[2] loaded   ARGV[3] the stock expected now ('' = no key)
+-- ARGV[4] the log's length in the snapshot
 --
 -- Returns 1 when written, 0 when the stock was not what the caller expected.
 local current = redis.call('GET', KEYS[1])
 if (current or '') ~= ARGV[3] then
+  return 0
+end
+if not current and redis.call('XLEN', KEYS[3]) ~= tonumber(ARGV[4]) then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1])

@@ -1,36 +1,19 @@
 """RabbitMQ as the broker: the concurrency invariants through real gunicorn and a real
 Celery worker publishing to and consuming from the RabbitMQ on this machine.
 
-Each test gets its own queue (and the direct exchange Celery names after it), created
-by the processes and deleted at the end, so runs sharing one RabbitMQ never consume
-each other's tasks."""
+Each test gets its own queue (``rabbit_env`` in tests/conftest.py); the cluster with
+S = 8 on RabbitMQ is in tests/cluster/test_cluster_concurrency.py."""
 
 import json
-import os
 import urllib.request
-import uuid
 
 import pytest
-from kombu import Connection, Exchange, Queue
 
 from ..factories import make_activity, make_users
-from ..helpers import start_celery_worker, start_gunicorn, subprocess_env
+from ..helpers import start_celery_worker, start_gunicorn
 from ..seckill.test_purchase_concurrency import _assert_settled, _hammer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-RABBITMQ_URL = os.environ.get("SECKILL_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
-
-
-@pytest.fixture
-def rabbit_env():
-    queue = f"seckill-test-{uuid.uuid4().hex[:12]}"
-    yield subprocess_env(CELERY_BROKER_URL=RABBITMQ_URL, CELERY_TASK_DEFAULT_QUEUE=queue)
-    with Connection(RABBITMQ_URL, connect_timeout=5) as conn:
-        channel = conn.channel()
-        Queue(queue, channel=channel).delete()
-        Exchange(queue, channel=channel).delete()
-        channel.close()
 
 
 @pytest.fixture

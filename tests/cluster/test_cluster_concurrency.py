@@ -1,5 +1,6 @@
 """The concurrency invariants with the stock engine on a real three-master Redis
-Cluster, through redis-py's cluster client (SECKILL_REDIS_CLUSTER=true)."""
+Cluster, through redis-py's cluster client (SECKILL_REDIS_CLUSTER=true); with sharded
+stock (S = 8), on the Redis broker and on RabbitMQ."""
 
 import random
 
@@ -81,6 +82,28 @@ def test_1000_shoppers_100_units_on_8_shards_on_the_cluster(cluster_stack):
     assert statuses.count(202) == 100, sorted(set(statuses))
     assert statuses.count(410) == 900
     _assert_settled(activity, 100)
+    assert _shard_stocks(activity) == [0] * SHARDS
+
+
+@pytest.fixture
+def cluster_rabbit_stack(on_cluster, rabbit_env, process_logs):
+    """The cluster as the stock engine and the RabbitMQ on this machine as the broker."""
+    env = {**rabbit_env, **on_cluster}
+    worker = start_celery_worker(process_logs, env=env)
+    web, base = start_gunicorn(process_logs, workers=2, threads=8, env=env)
+    assert "transport:   amqp://guest" in worker.log(), worker.log()[-2000:]
+    yield base
+    web.stop()
+    worker.stop()
+
+
+def test_1000_shoppers_100_units_on_8_shards_on_the_cluster_with_rabbitmq(cluster_rabbit_stack):
+    activity = make_activity(stock=100, shards=SHARDS)
+    users = make_users(1000)
+    statuses = _hammer(cluster_rabbit_stack, activity, users, [1] * 1000)
+    assert statuses.count(202) == 100, sorted(set(statuses))
+    assert statuses.count(410) == 900
+    _assert_settled(activity, 100)  # no shopper twice, DB available 0, no anomaly, identities hold
     assert _shard_stocks(activity) == [0] * SHARDS
 
 

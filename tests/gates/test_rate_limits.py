@@ -118,3 +118,30 @@ def test_global_cap_sheds_the_excess_and_every_admitted_purchase_is_correct(guni
     assert all(body["code"] == "rate_limited" and "Retry-After" in h for s, body, h in answers if s == 429)
     assert Order.objects.filter(activity=activity).values("user").distinct().count() <= admitted
     assert_stock_invariant(activity, admitted)
+
+
+def test_a_limited_shopper_is_answered_from_the_process_memory_until_the_window_ends(gunicorn):
+    """Over a fixed window's limit stays over until the window ends: each web process says
+    429 itself meanwhile, counted in Redis's own INFO commandstats."""
+    from .test_sold_out_memory import calls_since, redis_calls
+
+    base = gunicorn(SECKILL_RATE_PER_USER="2/h", SECKILL_ACTIVITY_CACHE_TTL="120", SECKILL_ACTIVITY_REDIS_TTL="120")
+    activity = make_activity(stock=10)
+    (user,) = make_users(1)
+    key, token = keys_of([user])[user.pk], activity_token_ensure(activity_id=activity.pk)
+    # Every worker (2) meets the limit once: 202, 409, then a 429 from Redis in each.
+    statuses = [purchase(base, activity.pk, key, token)[0] for _ in range(8)]
+    assert statuses[:2] == [202, 409] and set(statuses[2:]) == {429}, statuses
+
+    before = redis_calls()
+    answers = concurrently([lambda: purchase(base, activity.pk, key, token)] * 300, threads=20)
+    calls = calls_since(before)
+    assert {status for status, _, _ in answers} == {429}
+    assert all(body["code"] == "rate_limited" for _, body, _ in answers)
+    assert all(int(headers["Retry-After"]) >= 1 for _, _, headers in answers)
+    # Not one counter increment or stock script for 300 answers (a worker that had not
+    # met the limit yet may ask once).
+    counted = sum(n for name, n in calls.items() if name in ("cmdstat_incr", "cmdstat_incrby", "cmdstat_set"))
+    assert counted <= 2, calls
+    assert not any(name.startswith("cmdstat_evalsha") for name in calls), calls
+    assert redis_remaining(activity.pk) == 9

@@ -1,6 +1,8 @@
 """Staff in admin: the groups made by the data migration, what each may do, the anomaly
 evidence and actions, the report page; and shoppers kept out of each other's orders."""
 
+import time
+
 import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
@@ -237,3 +239,57 @@ def test_the_report_page_shows_the_numbers_beside_the_charts():
     detail = client.get(reverse("admin:orders_reconciliationreport_change", args=[report.pk]))
     assert detail.status_code == 200 and "identity_ok" in detail.content.decode()
     assert client.post(reverse("admin:orders_reconciliationreport_change", args=[report.pk]), {}).status_code == 403
+
+
+def test_sharded_anomalies_name_their_shard_and_staff_return_the_units_there(settings):
+    """Log ids are unique per shard only: two shards' reservations with the same id are
+    two faults, and each one's units go back to its own shard."""
+    from orders.selectors import anomaly_evidence
+    from orders.services import anomaly_open, anomaly_stock_return
+    from seckill.scripts import LogEntry, ScriptCode, run_reserve
+
+    activity = make_activity(stock=6, shards=2)
+    client, keys = stock_redis(), ActivityKeys(activity.pk)
+    # Both shard logs continue from the same last id, as two streams do whenever they
+    # are written in the same millisecond: their next entries get the same id.
+    later_ms = int(time.time() * 1000) + 3_600_000
+    same = f"{later_ms}-1"
+    for shard_keys in keys.shards(2):
+        client.xadd(shard_keys.log, {"u": 0, "q": 0, "s": 0}, id=f"{later_ms}-0")
+        client.xtrim(shard_keys.log, maxlen=0)
+    entries = {}
+    for user in make_users(6):
+        reply = run_reserve(
+            client, keys, user_id=user.pk, quantity=1, limit=1, shards=2, partitions=settings.SECKILL_USER_PARTITIONS
+        )
+        assert reply.code == ScriptCode.RESERVED
+        if reply.reservation_id == same:
+            entries[reply.shard] = LogEntry(reply.reservation_id, user.pk, 1, reply.shard)
+        if len(entries) == 2:
+            break
+    assert sorted(entries) == [0, 1], "both shards' first reservations"
+    stocks_before = [int(client.get(k.stock)) for k in keys.shards(2)]
+
+    # The worker gave up on both (the replay opens the anomaly, then releases: a crash
+    # in between leaves the reservation in the log for staff).
+    anomalies = [
+        anomaly_open(
+            kind=AnomalyOrder.Kind.REPLAY_EXHAUSTED, activity_id=activity.pk, entry=entry, details={"quantity": 1}
+        )
+        for entry in entries.values()
+    ]
+    assert AnomalyOrder.objects.filter(activity=activity).count() == 2, "one shard's fault hid the other's"
+    assert sorted(a.shard for a in anomalies) == [0, 1]
+    for anomaly in anomalies:
+        evidence = anomaly_evidence(anomaly=anomaly)["redis"]
+        assert evidence["shard"] == anomaly.shard and evidence["reservation still in the log"]
+
+    reviewer, _ = _staff("reviewers")
+    for anomaly in anomalies:
+        stocks = [int(client.get(k.stock)) for k in keys.shards(2)]
+        assert "released" in anomaly_stock_return(anomaly=anomaly, by=reviewer, note="gave up")
+        after = [int(client.get(k.stock)) for k in keys.shards(2)]
+        assert after[anomaly.shard] == stocks[anomaly.shard] + 1, "the unit went back to its own shard"
+        assert after[1 - anomaly.shard] == stocks[1 - anomaly.shard]
+    assert [int(client.get(k.stock)) for k in keys.shards(2)] == [s + 1 for s in stocks_before]
+    assert not any(client.xrange(k.log, min=same, max=same) for k in keys.shards(2))

@@ -93,9 +93,9 @@ def test_the_database_never_takes_back_more_than_it_sold():
 
 
 def test_after_redis_restarts_empty_reconciliation_does_not_return_earlier_cancels_again():
-    """The re-warm derives the stock from the database, which already holds the units of
-    orders cancelled before it; the returned set died with Redis, so reconciliation must
-    count only orders cancelled since the warm-up as possibly not returned."""
+    """The returned set died with Redis: the re-warm derives the stock without the units
+    of the cancelled order and returns them itself (recording it in the new set), so
+    reconciliation finds nothing to return again."""
     activity = make_activity(stock=5)
     cancelled, kept = buy(activity, make_users(2))
     order_cancel(order=cancelled, reason="shopper")

@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, Sum
 
 from inventory.models import SeckillStock, StockMovement
@@ -26,17 +26,28 @@ from ..helpers import free_port, wait_until
 def test_breaker_opens_after_consecutive_failures_and_lets_one_probe_through():
     breaker = CircuitBreaker(failure_threshold=2, reset_timeout=0.2)
     assert breaker.allow() == "closed"
-    breaker.record_failure()
+    breaker.record_failure("closed")
     assert breaker.state == "closed"
-    breaker.record_failure()
+    assert not breaker.fallback_begin(), "closed: no database path (nothing would re-synchronise Redis)"
+    breaker.record_failure("closed")
     assert breaker.state == "open" and breaker.allow() is None
     assert wait_until(lambda: breaker.allow() == "probe", timeout=10)
     assert breaker.state == "half_open"
     assert breaker.allow() is None, "only one probe at a time"
-    breaker.record_failure()  # the probe failed: open again, for a full reset time
+    assert not breaker.fallback_begin(), "half-open: no new database-path purchase"
+    breaker.record_failure("closed")  # a call made before it opened fails late
+    assert breaker.state == "half_open", "a late failure must not disturb the probe"
+    breaker.record_failure("probe")  # the probe failed: open again, for a full reset time
     assert breaker.state == "open" and breaker.allow() is None
-    assert wait_until(lambda: breaker.allow() == "probe", timeout=10)
-    breaker.record_success()
+    assert breaker.fallback_begin()
+    wait_until(lambda: breaker.probe_due, timeout=10, what="the reset time")
+    assert breaker.allow() is None and breaker.state == "half_open", "no probe while a database purchase runs"
+    assert not breaker.fallback_begin()
+    breaker.fallback_end()
+    assert breaker.allow() == "probe"
+    breaker.record_success("closed")  # a call made before it opened succeeds late
+    assert breaker.state == "half_open", "only the probe (after the re-synchronisation) closes it"
+    breaker.record_success("probe")
     assert breaker.state == "closed" and breaker.allow() == "closed"
 
 
@@ -131,5 +142,49 @@ def test_stock_is_resynchronised_before_the_breaker_closes(redis_unreachable, se
     assert reserved.remaining == 5 and redis_remaining(activity.pk) == 5
     for user in users[1:4]:
         assert _reserve(activity.pk, user.pk) == "duplicate", "database-path buyers restored as participants"
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"], report
+
+
+def _waiting_on_a_lock() -> int:
+    """Backends of this database blocked on a row lock right now."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # the view is read once per transaction otherwise
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_probe_waits_for_database_path_purchases_in_flight_before_resynchronising(redis_unreachable, settings):
+    settings.SECKILL_BREAKER_FAILURES = 1
+    settings.SECKILL_BREAKER_RESET = 0.2
+    cut, restore = redis_unreachable
+    activity = make_activity(stock=10)
+    users = make_users(5)
+    cut()
+    assert type(_reserve(activity.pk, users[0].pk)).__name__ == "Reserved"  # opens the breaker: database path
+    restore()
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        # The test holds the stock row, so a database-path purchase stays in flight:
+        # its order inserted, its stock update waiting, nothing committed.
+        with transaction.atomic():
+            SeckillStock.objects.select_for_update().get(activity=activity)
+            in_flight = pool.submit(_reserve, activity.pk, users[1].pk)
+            wait_until(lambda: _waiting_on_a_lock() == 1, timeout=30, what="the purchase to wait on the stock row")
+            wait_until(lambda: redis_breaker().probe_due, timeout=10, what="the reset time")
+            # Redis is back and the reset time is over, but the database has not said yet
+            # what the purchase in flight sold: no probe may re-derive the stock now.
+            assert pool.submit(_reserve, activity.pk, users[2].pk).result(timeout=60) == "busy"
+            assert redis_breaker().state != "closed"
+        assert type(in_flight.result(timeout=60)).__name__ == "Reserved"
+        probe = pool.submit(_reserve, activity.pk, users[3].pk).result(timeout=60)  # the probe now
+    assert type(probe).__name__ == "Reserved" and redis_breaker().state == "closed"
+    # 10 - 2 sold by the database - 1 reserved by the probe: Redis offers what the database holds.
+    assert redis_remaining(activity.pk) == 7
+    assert SeckillStock.objects.get(activity=activity).available == 8
+    assert _reserve(activity.pk, users[1].pk) == "duplicate", "the database-path buyer in flight is a participant"
     report = reconcile(activity_id=activity.pk)
     assert report["identity_ok"], report

@@ -241,6 +241,19 @@ def test_display_total_sums_the_shards_for_pages():
 
 
 @pytest.mark.django_db
+def test_the_beat_refresh_never_creates_a_display_total():
+    """Only the warm-up creates it: a refresh that read the shards just before the close
+    removed every key must not write it back for the ended activity."""
+    activity = make_activity(stock=24, shards=SHARDS)
+    keys = ActivityKeys(activity.pk)
+    stock_redis().delete(keys.display)  # what the close's removal leaves
+    assert display_totals_task() == {activity.pk: 24}  # the shards are still there: it read them
+    assert stock_redis().get(keys.display) is None
+    activity_warmup(activity_id=activity.pk, force=True)
+    assert stock_redis().get(keys.display) == b"24"
+
+
+@pytest.mark.django_db
 def test_close_removes_every_shard_and_partition_key():
     activity = make_activity(stock=24, shards=SHARDS)
     other = make_activity(stock=5)
