@@ -29,6 +29,18 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate} (last value {last!r})")
 
 
+def waiting_on_a_lock() -> int:
+    """Backends of the test database blocked on a lock right now."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # the view is read once per transaction otherwise
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,10 +9,11 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from django.db import connection
+from django.db import connection, transaction
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
+from inventory.models import SeckillStock
 from orders.models import Order
 from seckill.reconciliation import reconcile
 from seckill.redis_client import reset_stock_redis
@@ -20,7 +21,7 @@ from seckill.selectors import redis_remaining
 from seckill.services import activity_token_ensure
 
 from ..factories import make_activity, make_users
-from ..helpers import free_port, start_celery_worker, start_gunicorn, subprocess_env, wait_until
+from ..helpers import free_port, start_celery_worker, start_gunicorn, subprocess_env, wait_until, waiting_on_a_lock
 from .infra import (
     RedisServer,
     Supervisor,
@@ -126,20 +127,25 @@ def test_database_down_for_the_worker_orders_appear_when_it_returns(stack, proce
 
 
 def test_worker_killed_mid_batch_every_order_exactly_once(stack, process_logs):
-    # One order per transaction, so the drain is still running when the kill lands.
+    # One order per transaction. The test holds the stock row while the second half
+    # buys, so the kill lands inside a batch's transaction (order inserted, guard
+    # waiting) however fast the drain is, with the first half already ordered.
     env = subprocess_env(SECKILL_ORDER_BATCH_SIZE="1", **FAST_BEAT)
     base = stack.web(env)
     activity, users, keys, token = _sale(stock=300, shoppers=300)
-    # Queue every task first, so the worker is killed while it works through them.
-    answers = crowd(base, activity.pk, token, users, keys)
-    assert sum(1 for s, _ in answers.values() if s == 202) == 300
-
     worker = stack.worker(env, name="doomed-worker")
     stack.beat(env)
-    wait_until(lambda: units_ordered(activity) > 0, timeout=120, interval=0.01, what="the first orders")
-    worker.kill()
-    at_kill = units_ordered(activity)
-    assert at_kill < 300, "the worker finished before it could be killed; the drill proved nothing"
+    answers = crowd(base, activity.pk, token, users[:150], keys)
+    wait_until(lambda: units_ordered(activity) == 150, timeout=120, what="the first half's orders")
+
+    with transaction.atomic():
+        SeckillStock.objects.select_for_update().get(activity=activity)
+        answers |= crowd(base, activity.pk, token, users[150:], keys)
+        wait_until(lambda: waiting_on_a_lock() >= 1, timeout=120, what="the worker to block on the stock row")
+        worker.kill()
+        assert not worker.alive()
+    assert sum(1 for s, _ in answers.values() if s == 202) == 300
+    assert units_ordered(activity) == 150, "the crash left the second half undone"
 
     stack.worker(env, name="second-worker")
     assert_nothing_lost_nothing_doubled(activity, answers)

@@ -20,7 +20,7 @@ from seckill.selectors import activity_snapshot, redis_remaining
 from seckill.services import purchase_reserve
 
 from ..factories import make_activity, make_users
-from ..helpers import free_port, wait_until
+from ..helpers import free_port, wait_until, waiting_on_a_lock
 
 
 def test_breaker_opens_after_consecutive_failures_and_lets_one_probe_through():
@@ -146,16 +146,6 @@ def test_stock_is_resynchronised_before_the_breaker_closes(redis_unreachable, se
     assert report["identity_ok"], report
 
 
-def _waiting_on_a_lock() -> int:
-    """Backends of this database blocked on a row lock right now."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")  # the view is read once per transaction otherwise
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.django_db(transaction=True)
 def test_the_probe_waits_for_database_path_purchases_in_flight_before_resynchronising(redis_unreachable, settings):
     settings.SECKILL_BREAKER_FAILURES = 1
@@ -173,7 +163,7 @@ def test_the_probe_waits_for_database_path_purchases_in_flight_before_resynchron
         with transaction.atomic():
             SeckillStock.objects.select_for_update().get(activity=activity)
             in_flight = pool.submit(_reserve, activity.pk, users[1].pk)
-            wait_until(lambda: _waiting_on_a_lock() == 1, timeout=30, what="the purchase to wait on the stock row")
+            wait_until(lambda: waiting_on_a_lock() == 1, timeout=30, what="the purchase to wait on the stock row")
             wait_until(lambda: redis_breaker().probe_due, timeout=10, what="the reset time")
             # Redis is back and the reset time is over, but the database has not said yet
             # what the purchase in flight sold: no probe may re-derive the stock now.

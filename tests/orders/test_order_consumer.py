@@ -35,7 +35,7 @@ from seckill.services import activity_token_ensure, reservations_replay
 from seckill.tasks import reservations_replay_task
 
 from ..factories import make_activity, make_users, token_of
-from ..helpers import free_port, start_celery_worker, start_gunicorn, subprocess_env, wait_until
+from ..helpers import free_port, start_celery_worker, start_gunicorn, subprocess_env, wait_until, waiting_on_a_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -316,13 +316,6 @@ def test_lost_enqueue_is_repaired_by_the_replay_after_the_grace(process_logs, se
     assert redis_remaining(activity.pk) == 2
 
 
-def _waiting_on_a_lock(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        ).fetchone()[0]
-
-
 @pytest.mark.slow
 def test_worker_killed_mid_batch_every_order_exactly_once(process_logs):
     activity = make_activity(stock=40)
@@ -342,7 +335,7 @@ def test_worker_killed_mid_batch_every_order_exactly_once(process_logs):
             blocker.execute("SELECT 1 FROM inventory_seckillstock WHERE activity_id = %s FOR UPDATE", [activity.pk])
             for entry in entries[10:]:
                 order_create_task.apply_async(args=task_args(activity, entry))
-            wait_until(lambda: _waiting_on_a_lock(dsn) >= 1, timeout=120, what="the worker to block on the stock row")
+            wait_until(lambda: waiting_on_a_lock() >= 1, timeout=120, what="the worker to block on the stock row")
             worker.kill()
             assert not worker.alive()
             blocker.rollback()
