@@ -26,6 +26,7 @@ from .selectors import (
     ActivitySnapshot,
     activity_snapshot_fill,
     activity_snapshot_forget,
+    activity_snapshot_forget_local,
     blacklist_forget,
     redis_stock_totals,
     shopper_facts_forget,
@@ -145,14 +146,24 @@ def activity_token_ensure(*, activity_id: int, now: datetime | None = None) -> s
     """Create the purchase token once the activity has started; None before the start.
 
     A conditional UPDATE, so concurrent callers (the start task, beat, a web process
-    noticing the start first) agree on one token.
+    noticing the start first) agree on one token. In the first second after the start
+    every request whose cached activity has no token yet lands here: a caller that finds
+    the token stored costs one SELECT, and only the one UPDATE that wrote it drops the
+    cached copies (each drop makes every process read the activity again).
     """
     now = now or timezone.now()
-    Activity.objects.filter(pk=activity_id, purchase_token__isnull=True, start_at__lte=now).update(
-        purchase_token=secrets.token_urlsafe(24)
-    )
-    activity_snapshot_forget(activity_id)
-    return Activity.objects.filter(pk=activity_id, start_at__lte=now).values_list("purchase_token", flat=True).first()
+    started = Activity.objects.filter(pk=activity_id, start_at__lte=now)
+    stored = started.values_list("purchase_token", flat=True).first()
+    if stored is not None:
+        # Another caller created it: this process's copy is stale, the shared one is not.
+        activity_snapshot_forget_local(activity_id)
+        return stored
+    token = secrets.token_urlsafe(24)
+    if started.filter(purchase_token__isnull=True).update(purchase_token=token):
+        activity_snapshot_forget(activity_id)
+        return token
+    # Not started, or another caller wrote the token between the two queries.
+    return started.values_list("purchase_token", flat=True).first()
 
 
 # --- warm-up ------------------------------------------------------------------
