@@ -20,7 +20,7 @@ from .errors import ApiError
 from .keys import ActivityKeys, claim_value
 from .models import Activity
 from .redis_client import stock_redis
-from .reservations import reservation_attempt, reservation_release, reservations_pending
+from .reservations import claim_pending_settle, reservation_attempt, reservation_release, reservations_pending
 from .scripts import ScriptCode, run_reserve, run_warmup, warmup_shares
 from .selectors import (
     ActivitySnapshot,
@@ -292,15 +292,19 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
 
 
 def _participants_restore(client, keys: ActivityKeys, participants: dict, *, shards: int) -> None:
-    """Write the shoppers' records: the activity's users hash, or (S > 1) their partitions."""
-    by_hash: dict[str, dict] = {}
+    """Write the shoppers' records: the activity's users hash, or (S > 1) their partitions
+    (where the restored claims name reservations, so none of them is pending any more)."""
+    by_target: dict[ActivityKeys, dict] = {}
     for user_id, value in participants.items():
         target = keys if shards == 1 else keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
-        by_hash.setdefault(target.users, {})[user_id] = value
-    for name, mapping in by_hash.items():
+        by_target.setdefault(target, {})[user_id] = value
+    for target, mapping in by_target.items():
         items = list(mapping.items())
         for i in range(0, len(items), 1000):
-            client.hset(name, mapping=dict(items[i : i + 1000]))
+            chunk = dict(items[i : i + 1000])
+            client.hset(target.users, mapping=chunk)
+            if shards > 1:
+                client.zrem(target.pending, *chunk)
 
 
 def display_total_refresh(*, activity_id: int, shards: int) -> int | None:
@@ -342,15 +346,16 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     try:
         if ticket == breaker.PROBE:
             stock_resync()
-        reply = run_reserve(
-            stock_redis(),
-            activity.keys,
-            user_id=user_id,
-            quantity=quantity,
-            limit=activity.per_user_limit,
-            shards=activity.shards,
-            partitions=settings.SECKILL_USER_PARTITIONS,
-        )
+        reply = _reserve(activity, user_id=user_id, quantity=quantity)
+        if (
+            reply.code == ScriptCode.DUPLICATE
+            and reply.held
+            and claim_pending_settle(activity_id=activity.id, user_id=user_id, held=reply.held, shards=activity.shards)
+            == ""
+        ):
+            # A pending claim that an error left behind, without a reservation: gone, so
+            # this purchase is the shopper's next attempt.
+            reply = _reserve(activity, user_id=user_id, quantity=quantity)
     except redis.TimeoutError as exc:
         # The script may have run: the outcome is unknown, so no second path may sell.
         breaker.record_failure(ticket)
@@ -385,6 +390,18 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         logger.error("purchase: activity %s is live but not warmed", activity.id)
         raise ApiError(503, "busy", "The sale is not ready yet; please try again in a moment.", retry_after=2)
     raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
+
+
+def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int):
+    return run_reserve(
+        stock_redis(),
+        activity.keys,
+        user_id=user_id,
+        quantity=quantity,
+        limit=activity.per_user_limit,
+        shards=activity.shards,
+        partitions=settings.SECKILL_USER_PARTITIONS,
+    )
 
 
 def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
