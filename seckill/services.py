@@ -76,15 +76,42 @@ def activity_create(
 
 _SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at"})
 
+# The shard count may change until this long before the start: the stock is laid out
+# again in Redis after the save, and every web process must see the new count (its
+# cached copy of the activity lives SECKILL_ACTIVITY_CACHE_TTL) before the first purchase.
+SHARDS_CHANGE_LEAD = timedelta(seconds=60)
+
+
+class ActivityChangeRefused(Exception):
+    """An edit that would break the running sale; nothing was saved."""
+
+
+def activity_shards_changeable(*, activity: Activity, now: datetime | None = None) -> bool:
+    """Whether the stored activity's shard count may still change: its start is more than
+    SHARDS_CHANGE_LEAD away and it has no order. Afterwards reservations may sit in the
+    shards' logs, and moving live stock between keys could lose or double units."""
+    now = now or timezone.now()
+    return activity.start_at - SHARDS_CHANGE_LEAD > now and not Order.objects.filter(activity_id=activity.pk).exists()
+
 
 def activity_save(*, activity: Activity) -> Activity:
     """Save an activity edited in admin and keep its stock row in step.
 
     The total may change only while nothing is sold (enforced by the stock service).
     A warmed activity whose total or safety stock changed is warmed again, so that
-    Redis never sells what the database no longer has.
+    Redis never sells what the database no longer has. The shard count may change only
+    while ``activity_shards_changeable`` (and the new start is as far away); on a
+    warmed activity the stock is then laid out again (``activity_stock_relayout``).
+    Raises ActivityChangeRefused otherwise, before anything is written.
     """
-    before = Activity.objects.filter(pk=activity.pk).values("total_stock", "safety_stock", "status").first()
+    stored = Activity.objects.filter(pk=activity.pk).first()
+    if stored is not None and stored.shards != activity.shards:
+        now = timezone.now()
+        if not (activity_shards_changeable(activity=stored, now=now) and activity.start_at - SHARDS_CHANGE_LEAD > now):
+            raise ActivityChangeRefused(
+                f"the shard count stays {stored.shards}: it can change only until "
+                f"{int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, while no order exists"
+            )
     with transaction.atomic():
         if activity._state.adding:
             activity.save()
@@ -102,13 +129,13 @@ def activity_save(*, activity: Activity) -> Activity:
             stock_set_total(activity_id=activity.pk, total=activity.total_stock)
         activity_start_schedule(activity_id=activity.pk)
     activity_snapshot_forget(activity.pk)
-    if (
-        before
-        and before["status"] == Activity.Status.WARMED
-        and (before["total_stock"], before["safety_stock"]) != (activity.total_stock, activity.safety_stock)
-    ):
+    if stored is not None and stored.status == Activity.Status.WARMED:
         # After the commit: the admin saves inside a transaction, and Redis waits for none.
-        transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
+        if stored.shards != activity.shards:
+            old_shards = stored.shards
+            transaction.on_commit(lambda: _activity_relayout_logged(activity_id=activity.pk, old_shards=old_shards))
+        elif (stored.total_stock, stored.safety_stock) != (activity.total_stock, activity.safety_stock):
+            transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
     return activity
 
 
@@ -289,6 +316,30 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
         unordered_units=unordered_units,
         participants=len(participants),
     )
+
+
+def activity_stock_relayout(*, activity_id: int, old_shards: int) -> WarmupResult:
+    """The shard count of a warmed activity changed before the start: remove the stock
+    keys of the old layout (its shards, and its user partitions or users hash) and warm
+    the new one from the database.
+
+    The activity counts as not warmed until the warm-up has written every new shard, so
+    if it fails the automatic warm-up (beat) does it again; never are units left behind
+    in keys the purchase no longer reads.
+    """
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    if any(client.xlen(k.log) for k in keys.shards(old_shards)):
+        raise WarmupError(f"activity {activity_id}: reservations exist; the stock cannot be laid out again")
+    Activity.objects.filter(pk=activity_id, status=Activity.Status.WARMED).update(status=Activity.Status.SCHEDULED)
+    _stock_keys_unlink(client, keys, old_shards)
+    return activity_warmup(activity_id=activity_id, force=True)
+
+
+def _activity_relayout_logged(*, activity_id: int, old_shards: int) -> None:
+    try:
+        activity_stock_relayout(activity_id=activity_id, old_shards=old_shards)
+    except (WarmupError, redis.RedisError) as exc:  # the autowarm task and the operator can retry
+        logger.error("re-warm of activity %s over its new shard count failed: %s", activity_id, exc)
 
 
 def _participants_restore(client, keys: ActivityKeys, participants: dict, *, shards: int) -> None:
@@ -567,11 +618,7 @@ def activity_keys_remove(*, activity_id: int, shards: int | None = None, batch_s
     client, keys = stock_redis(), ActivityKeys(activity_id)
     if shards is None:
         shards = Activity.objects.filter(pk=activity_id).values_list("shards", flat=True).first() or 1
-    removed = 0
-    # One UNLINK per hash tag: each stays within one Cluster slot.
-    partitions = [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if shards > 1 else []
-    for part in keys.shards(shards) + partitions:
-        removed += client.unlink(*part.all())
+    removed = _stock_keys_unlink(client, keys, shards)
     for pattern in keys.scan_patterns:
         batch: list = []
         for key in client.scan_iter(match=pattern, count=1000):
@@ -582,6 +629,13 @@ def activity_keys_remove(*, activity_id: int, shards: int | None = None, batch_s
         if batch:
             removed += sum(client.unlink(k) for k in batch)
     return removed
+
+
+def _stock_keys_unlink(client, keys: ActivityKeys, shards: int) -> int:
+    """UNLINK the stock keys of a layout of ``shards``: each shard's, and (S > 1) each user
+    partition's. One call per hash tag: each stays within one Cluster slot."""
+    partitions = [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if shards > 1 else []
+    return sum(client.unlink(*part.all()) for part in keys.shards(shards) + partitions)
 
 
 def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:
