@@ -470,7 +470,7 @@ def shopper_facts_forget(user_id: int) -> None:
 
 
 def activity_shards(activity_id: int) -> int:
-    """S of an activity (fixed once warmed), from the process's activity cache."""
+    """S of an activity (it changes only well before the start), from the process's activity cache."""
     snapshot = activity_snapshot(activity_id)
     return snapshot.shards if snapshot is not None else 1
 
