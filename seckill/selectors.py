@@ -306,6 +306,13 @@ def activity_snapshot_forget(activity_id: int | None = None) -> None:
     _after_commit(lambda: _activity_forget_now(activity_id))
 
 
+def activity_snapshot_forget_local(activity_id: int) -> None:
+    """Drop this process's copy only: the next request reads the shared copy again (which
+    whoever changed the activity has dropped already), not the database."""
+    with _local_lock:
+        _local.pop(f"activity:{activity_id}", None)
+
+
 def _activity_forget_now(activity_id: int) -> None:
     with _local_lock:
         _local.pop(f"activity:{activity_id}", None)
@@ -463,7 +470,7 @@ def shopper_facts_forget(user_id: int) -> None:
 
 
 def activity_shards(activity_id: int) -> int:
-    """S of an activity (fixed once warmed), from the process's activity cache."""
+    """S of an activity (it changes only well before the start), from the process's activity cache."""
     snapshot = activity_snapshot(activity_id)
     return snapshot.shards if snapshot is not None else 1
 

@@ -310,6 +310,10 @@ SECKILL_FALLBACK_CONCURRENCY = env.int("SECKILL_FALLBACK_CONCURRENCY", default=4
 # the display total pages show.
 SECKILL_USER_PARTITIONS = env.int("SECKILL_USER_PARTITIONS", default=16)
 SECKILL_DISPLAY_INTERVAL = env.float("SECKILL_DISPLAY_INTERVAL", default=2.0)
+# Seconds after which a sharded purchase's pending claim (claimed, shard step not settled)
+# counts as left behind by a Redis error: the shopper's next purchase and reconciliation
+# settle it. Well above the Redis socket timeout, so a purchase in flight is never touched.
+SECKILL_CLAIM_PENDING_TIMEOUT = env.float("SECKILL_CLAIM_PENDING_TIMEOUT", default=10.0)
 
 # Logs: every line carries the request id; DJANGO_LOG_FORMAT=json for one JSON object per line.
 LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
