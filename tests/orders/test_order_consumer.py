@@ -8,7 +8,6 @@ for the lost enqueue.
 import json
 import random
 import threading
-import urllib.request
 
 import psycopg
 import pytest
@@ -32,7 +31,7 @@ from seckill.services import activity_token_ensure, reservations_replay
 from seckill.tasks import reservations_replay_task
 
 from ..factories import make_activity, make_users, token_of
-from ..helpers import free_port, start_celery_worker, start_gunicorn, subprocess_env, wait_until
+from ..helpers import free_port, purchase, start_celery_worker, start_gunicorn, subprocess_env, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -218,20 +217,6 @@ def test_duplicate_reservation_of_a_shopper_with_a_live_order_is_released():
 # --- lost enqueue, killed worker, poison ---------------------------------------------------
 
 
-def _post_purchase(base: str, activity_id: int, key: str, token: str) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        f"{base}/api/activities/{activity_id}/purchase",
-        data=json.dumps({"token": token}).encode(),
-        headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 @pytest.mark.slow
 def test_lost_enqueue_is_repaired_by_the_replay_after_the_grace(process_logs, settings):
     activity = make_activity(stock=5)
@@ -241,7 +226,7 @@ def test_lost_enqueue_is_repaired_by_the_replay_after_the_grace(process_logs, se
     dead_broker = f"redis://127.0.0.1:{free_port()}/0"
     server, base = start_gunicorn(process_logs, workers=1, threads=4, env=subprocess_env(CELERY_BROKER_URL=dead_broker))
     try:
-        answers = [_post_purchase(base, activity.pk, token_of(u), token) for u in users]
+        answers = [purchase(base, activity.pk, token_of(u), token)[:2] for u in users]
     finally:
         server.stop()
     assert [status for status, _ in answers] == [202, 202, 202], answers

@@ -1,9 +1,7 @@
 """The core invariant under real concurrency: real gunicorn processes, a real Celery
 worker, 100+ client threads hammering the real endpoint."""
 
-import json
 import random
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,23 +14,9 @@ from seckill.selectors import redis_remaining
 from seckill.services import activity_token_ensure
 
 from ..factories import make_activity, make_users
-from ..helpers import wait_until
+from ..helpers import purchase, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def _post(base: str, activity_id: int, key: str, body: dict) -> int:
-    request = urllib.request.Request(
-        f"{base}/api/activities/{activity_id}/purchase",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def _hammer(base, activity, users, quantities):
@@ -40,9 +24,9 @@ def _hammer(base, activity, users, quantities):
 
     keys = dict(Token.objects.filter(user__in=users).values_list("user_id", "key"))
     token = activity_token_ensure(activity_id=activity.pk)
-    jobs = [(keys[u.pk], {"token": token, "quantity": q}) for u, q in zip(users, quantities, strict=True)]
+    jobs = [(keys[u.pk], q) for u, q in zip(users, quantities, strict=True)]
     with ThreadPoolExecutor(max_workers=120) as pool:
-        return list(pool.map(lambda job: _post(base, activity.pk, *job), jobs))
+        return list(pool.map(lambda job: purchase(base, activity.pk, job[0], token, quantity=job[1])[0], jobs))
 
 
 def _assert_settled(activity, expected_units):

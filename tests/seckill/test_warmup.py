@@ -332,6 +332,7 @@ def test_create_activity_bad_arguments_are_helpful_errors_and_write_nothing(over
 
 # --- reconcile --json and seed_demo ----------------------------------------------------
 
+
 def test_reconcile_json_has_the_keys_of_the_contract():
     activity = make_activity(stock=10)
     make_activity(stock=3, started=False)  # not live: not in the list
