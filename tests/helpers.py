@@ -121,9 +121,10 @@ class Process:
 
 
 def start_celery_worker(
-    log_dir: Path, *, name: str = "worker", concurrency: int = 2, env: dict | None = None
+    log_dir: Path, *, name: str = "worker", concurrency: int = 2, env: dict | None = None, options: tuple = ()
 ) -> Process:
-    """A real Celery worker process on the test broker and database; returns once it is ready."""
+    """A real Celery worker process on the test broker and database; returns once it is
+    ready. ``options``: more command-line options (``("--prefetch-multiplier", "1")``)."""
     hostname = f"{name}-{os.getpid()}-{time.monotonic_ns()}@%h"
     argv = [
         str(BIN / "celery"),
@@ -140,6 +141,7 @@ def start_celery_worker(
         "--without-mingle",
         "--pool",
         "prefork",
+        *options,
     ]
     process = Process(name, argv, env or subprocess_env(), log_dir).start()
     wait_until(lambda: "ready." in process.log() or not process.alive(), timeout=60, what=f"{name} to be ready")

@@ -1,5 +1,6 @@
 """The core invariant under real concurrency: real gunicorn processes, a real Celery
-worker, 100+ client threads hammering the real endpoint."""
+worker, 100+ client threads hammering the real endpoint — with the test settings' gates
+off, and once more with the production values of every gate."""
 
 import random
 from concurrent.futures import ThreadPoolExecutor
@@ -7,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db.models import Count, Sum
 
+from config.settings import base as production_defaults
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
 from seckill.reconciliation import reconcile
@@ -14,9 +16,39 @@ from seckill.selectors import redis_remaining
 from seckill.services import activity_token_ensure
 
 from ..factories import make_activity, make_users
-from ..helpers import purchase, wait_until
+from ..helpers import purchase, start_celery_worker, start_gunicorn, subprocess_env, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+# The gates config.settings.test turns off, at their production values (production.py
+# keeps base.py's defaults): the activity cache, the sold-out memory, the rate limits,
+# the blacklist and shopper caches.
+PRODUCTION_GATES = {
+    name: str(getattr(production_defaults, name))
+    for name in (
+        "SECKILL_ACTIVITY_CACHE_TTL",
+        "SECKILL_ACTIVITY_REDIS_TTL",
+        "SECKILL_SOLD_OUT_TTL",
+        "SECKILL_RATE_PER_USER",
+        "SECKILL_RATE_PER_IP",
+        "SECKILL_BLACKLIST_CACHE_TTL",
+        "SECKILL_BLACKLIST_REDIS_TTL",
+        "SECKILL_SHOPPER_CACHE_TTL",
+    )
+}
+
+
+@pytest.fixture
+def production_gates_server(transactional_db, process_logs):
+    """gunicorn and a Celery worker, both with PRODUCTION_GATES; yields the base URL."""
+    env = subprocess_env(**PRODUCTION_GATES)
+    worker = start_celery_worker(process_logs, env=env)
+    try:
+        server, base = start_gunicorn(process_logs, workers=2, threads=8, env=env)
+        yield base
+        server.stop()
+    finally:
+        worker.stop()
 
 
 def _hammer(base, activity, users, quantities):
@@ -54,6 +86,18 @@ def test_1000_shoppers_100_units_exactly_100_sold(web_server, celery_worker):
     activity = make_activity(stock=100)
     users = make_users(1000)
     statuses = _hammer(web_server, activity, users, [1] * 1000)
+    assert statuses.count(202) == 100, sorted(set(statuses))
+    assert statuses.count(410) == 900
+    _assert_settled(activity, 100)
+
+
+def test_1000_shoppers_100_units_exactly_100_sold_with_production_gates(production_gates_server):
+    assert PRODUCTION_GATES["SECKILL_SOLD_OUT_TTL"] != "0.0" and PRODUCTION_GATES["SECKILL_RATE_PER_USER"] != "off"
+    activity = make_activity(stock=100)
+    users = make_users(1000)
+    statuses = _hammer(production_gates_server, activity, users, [1] * 1000)
+    # One request per shopper stays under the per-user rate; the sold-out memory
+    # answers 410 like Redis would.
     assert statuses.count(202) == 100, sorted(set(statuses))
     assert statuses.count(410) == 900
     _assert_settled(activity, 100)
