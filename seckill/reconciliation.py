@@ -57,6 +57,24 @@ BUCKETS = (
     "unexplained_drift",
 )
 
+# The keys of a report that API.md promises to `reconcile --json` (a report has more).
+REPORT_CONTRACT_KEYS = frozenset(
+    {
+        "activity",
+        "redis_loaded",
+        "redis_remaining",
+        "reserved_not_ordered",
+        "db_total",
+        "db_available",
+        "units_pending",
+        "units_paid",
+        "units_cancelled",
+        "buckets",
+        "anomalies_opened",
+        "identity_ok",
+    }
+)
+
 
 @dataclass(frozen=True)
 class _RedisState:

@@ -12,8 +12,8 @@ from seckill.selectors import activity_snapshot, activity_snapshot_forget, gate_
 from seckill.services import activity_token_ensure
 
 from ..factories import make_activity, make_users
-from ..helpers import start_gunicorn, subprocess_env, wait_until
-from .support import concurrently, http, keys_of, purchase
+from ..helpers import http, purchase, start_gunicorn, subprocess_env, wait_until
+from .support import concurrently, keys_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
