@@ -29,9 +29,8 @@ def activity_table_reads() -> int:
 
 
 def other_backends() -> int:
-    """Connections of other processes that may hold unreported counts. Each worker keeps
-    the connection gunicorn.conf.py's post_worker_init opened, idle after the connection
-    set-up (Django's time zone query): it has read nothing, so it has nothing to report."""
+    """Connections of other processes that may hold unreported counts. One left idle after
+    its set-up (Django's time zone query) has read nothing, so it has nothing to report."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
