@@ -27,7 +27,7 @@ from .errors import ApiError
 from .models import Activity
 from .redis_client import stock_redis
 from .scripts import run_admission
-from .selectors import ActivitySnapshot, activity_snapshot, blacklist, shopper_facts
+from .selectors import ActivitySnapshot, activity_snapshot, blacklist, redis_away, shopper_facts
 from .services import activity_token_ensure
 from .soldout import sold_out_known
 
@@ -145,16 +145,9 @@ def _rate(own: str, default: str) -> str | None:
     return None if not rate or rate == "off" else rate
 
 
-def redis_away() -> bool:
-    """The circuit breaker is not closed: Redis failed just now. The limits then let
-    requests on at once rather than wait for a timeout each; the database fallback that
-    serves purchases meanwhile has a strict concurrency cap of its own."""
-    from .breaker import redis_breaker
-
-    return redis_breaker().state != redis_breaker().CLOSED
-
-
 def _limit(request, *, group: str, value: str, rate: str) -> None:
+    # Redis failed just now: let requests on at once rather than wait for a timeout each;
+    # the database fallback that serves purchases meanwhile has a strict concurrency cap.
     if redis_away():
         return
     try:
