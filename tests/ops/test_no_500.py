@@ -7,6 +7,7 @@ PostgreSQL through a TCP proxy the test cuts.
 """
 
 import re
+import urllib.request
 
 import pytest
 import redis
@@ -204,7 +205,9 @@ def test_redis_away_every_endpoint_and_page_answers_without_a_500(production_cac
 
 
 def _purchase(base: str, activity_id: int, key: str, token: str) -> tuple[int, str]:
-    status, body, headers = http(base, "POST", f"/api/activities/{activity_id}/purchase", key=key, body={"token": token})
+    status, body, headers = http(
+        base, "POST", f"/api/activities/{activity_id}/purchase", key=key, body={"token": token}
+    )
     if status == 503:
         assert headers.get("Retry-After") == "2", headers
     return status, body["code"]
@@ -239,6 +242,10 @@ def test_database_away_from_the_web_tier_known_shoppers_buy_through_redis(proces
         assert set(answers.values()) == {(202, "queued")}
         for user in known:  # any authenticated call makes the process remember the token
             assert http(base, "GET", f"/api/activities/{activity.pk}/result", key=keys[user.pk])[0] == 200
+        browser = Client()
+        browser.force_login(known[0])  # a session in the database and the cache Redis
+        session = {"Cookie": f"sessionid={browser.cookies['sessionid'].value}"}
+        assert http(base, "GET", "/api/me", headers=session)[1]["username"] == known[0].username
         wait_until(lambda: units_ordered(activity) == 5, timeout=120, what="orders before the cut")
 
         proxy.cut()
@@ -259,6 +266,12 @@ def test_database_away_from_the_web_tier_known_shoppers_buy_through_redis(proces
         ]:
             status, body, headers = http(base, method, path, key=key)
             assert (status, body["code"], headers.get("Retry-After")) == (503, "busy", "2"), (path, status, body)
+        status, body, headers = http(base, "GET", "/api/me", headers=session)  # the session's user is a query
+        assert (status, body["code"], headers.get("Retry-After")) == (503, "busy", "2"), body
+        status, body, _ = http(base, "GET", "/healthz")
+        assert status == 503 and body["database"]["status"] == "down", body
+        with urllib.request.urlopen(f"{base}/metrics", timeout=60) as response:
+            assert response.status == 200
         flag = http(base, "GET", f"/api/activities/{activity.pk}/flag")
         assert flag[0] == 200 and flag[1]["token"] == token, "the flag comes from the process's last copy"
         assert units_ordered(activity) == 5, "no order can be written while the database is away"
