@@ -16,7 +16,7 @@ from inventory.models import Product, SeckillStock
 from inventory.services import stock_create, stock_set_total
 from orders.models import AnomalyOrder, Order
 
-from .errors import ApiError
+from .errors import ApiError, busy
 from .keys import ActivityKeys, claim_value
 from .models import Activity
 from .redis_client import stock_redis
@@ -481,7 +481,7 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     then re-synchronises the stock before it closes (``seckill.breaker``).
     """
     from .breaker import redis_breaker
-    from .fallback import busy, stock_resync
+    from .fallback import stock_resync
 
     breaker = redis_breaker()
     ticket = breaker.allow()
@@ -532,7 +532,7 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         raise ApiError(410, "sold_out", "Sold out.")
     if reply.code == ScriptCode.NOT_WARMED:
         logger.error("purchase: activity %s is live but not warmed", activity.id)
-        raise ApiError(503, "busy", "The sale is not ready yet; please try again in a moment.", retry_after=2)
+        raise busy("The sale is not ready yet; please try again in a moment.")
     raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
 
 
@@ -552,7 +552,7 @@ def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int
     """The database path, only while the breaker is open; busy otherwise (closed after a
     failure below the threshold, or half-open: the probe waits for this path to be idle).
     The breaker counts the purchase in flight until it has committed or failed."""
-    from .fallback import busy, purchase_fallback
+    from .fallback import purchase_fallback
 
     if not breaker.fallback_begin():
         raise busy()
