@@ -29,8 +29,7 @@ from seckill.services import activity_token_ensure, blacklist_entry_save, shoppe
 
 from ..drills.infra import TcpProxy, assert_nothing_lost_nothing_doubled, start_celery_beat, units_ordered
 from ..factories import make_activity, make_users
-from ..gates.support import http
-from ..helpers import free_port, start_celery_worker, start_gunicorn, subprocess_env, wait_until
+from ..helpers import free_port, http, start_celery_worker, start_gunicorn, subprocess_env, wait_until
 
 # --- Redis away --------------------------------------------------------------------------
 
