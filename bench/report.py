@@ -178,7 +178,7 @@ def plot_write(payload: dict, path: Path) -> None:
 
 def generated_section(payload: dict, plot_name: str) -> str:
     m = payload["machine"]
-    server = ", ".join(f"{k}={v}" for k, v in m.get("gunicorn", {}).items() if v) or "config/gunicorn.conf.py defaults"
+    server = ", ".join(f"{k}={v}" for k, v in m.get("gunicorn", {}).items()) or "gunicorn.conf.py defaults"
     return "\n".join(
         [
             BEGIN,
@@ -187,9 +187,9 @@ def generated_section(payload: dict, plot_name: str) -> str:
             f"Command: `{payload['command']}`",
             "",
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']} memory, Linux {m['kernel']}, "
-            f"Python {m['python']}, {m['wrk']}; gunicorn {m.get('gunicorn_workers')} workers "
-            f"({server}"
-            "); load generator, servers, PostgreSQL and Redis all on these cores.",
+            f"Python {m['python']}, {m['wrk']}; gunicorn {m.get('gunicorn_workers')} worker processes "
+            f"({server}); Celery worker at nice {m.get('celery_worker_nice', 0)}; "
+            "load generator, servers, PostgreSQL and Redis all on these cores.",
             "",
             f"Load before: `{m['uptime_before']}`  ",
             f"Load after: `{m['uptime_after']}`",

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import runpy
 import shlex
 import subprocess
 import sys
@@ -129,10 +130,15 @@ def main(argv: list[str]) -> int:
         facts = machine_facts()
         facts["uptime_before"] = uptime_before
         facts["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-        facts["gunicorn"] = {
-            k: env.get(k, "")
-            for k in ("WEB_CONCURRENCY", "GUNICORN_WORKER_CLASS", "GUNICORN_THREADS", "GUNICORN_PRELOAD")
-        }
+        # What gunicorn ran with: gunicorn.conf.py read under this run's environment.
+        saved = dict(os.environ)
+        os.environ.update(env)
+        try:
+            conf = runpy.run_path(str(BASE_DIR / "gunicorn.conf.py"))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        facts["gunicorn"] = {k: conf[k] for k in ("workers", "worker_class", "threads", "keepalive", "preload_app")}
         facts["gunicorn_workers"] = len(web.pids()) - 1
         facts["celery_worker_nice"] = args.worker_nice
         payload = {

@@ -1,10 +1,10 @@
 import logging
 import time
 
-import redis
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+from config.celery_app import RESERVATION_TASK_OPTIONS
 from seckill.scripts import LogEntry
 
 from .models import Order
@@ -13,14 +13,7 @@ from .services import orders_create_from_reservations, orders_expire_due, orders
 logger = logging.getLogger(__name__)
 
 
-@shared_task(
-    acks_late=True,
-    autoretry_for=(OperationalError, InterfaceError, redis.RedisError),
-    retry_backoff=1,
-    retry_backoff_max=30,
-    retry_jitter=True,
-    max_retries=10,
-)
+@shared_task(**RESERVATION_TASK_OPTIONS)
 def order_create_task(activity_id: int, reservation_id: str, user_id: int, quantity: int, shard: int = 0) -> None:
     """Turn one reservation into an order. Idempotent, so a redelivery is harmless;
     if every retry fails the replay task still finds the reservation in the log."""

@@ -12,8 +12,11 @@ from .models import Activity, BlacklistEntry, ShopperProfile
 from .pages import activity_page_publish
 from .selectors import redis_remaining_many
 from .services import (
+    SHARDS_CHANGE_LEAD,
+    ActivityChangeRefused,
     WarmupError,
     activity_save,
+    activity_shards_changeable,
     activity_stop_selling,
     activity_warmup,
     blacklist_entries_delete,
@@ -59,7 +62,17 @@ class ActivityAdmin(admin.ModelAdmin):
     actions = ["warm_up", "force_rewarm", "end_and_clean_up", "publish"]
     fieldsets = [
         (None, {"fields": ["title", "product", "seckill_price", "start_at", "end_at"]}),
-        ("Stock", {"fields": ["total_stock", "safety_stock", "shards", "per_user_limit"]}),
+        (
+            "Stock",
+            {
+                "fields": ["total_stock", "safety_stock", "shards", "per_user_limit"],
+                "description": (
+                    "Shards split the stock over several Redis keys (for a Redis Cluster; 1 is the fast default). "
+                    f"They can change until {int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, "
+                    "while no order exists; a warmed activity is then warmed again over the new count."
+                ),
+            },
+        ),
         ("Orders", {"fields": ["pay_timeout"]}),
         (
             "Traffic gates",
@@ -125,12 +138,19 @@ class ActivityAdmin(admin.ModelAdmin):
             activity_save(activity=obj)
         except InsufficientStock as exc:
             messages.error(request, f"Stock not changed: {exc}.")
+        except ActivityChangeRefused as exc:
+            messages.error(request, f"Not saved: {exc}.")
+        else:
+            if change and "shards" in form.changed_data and obj.status == Activity.Status.WARMED:
+                messages.info(request, f"The stock is being warmed again over {obj.shards} shard(s).")
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         # Once the sale has started, reservations may exist that are not orders yet.
         if obj is not None and (obj.phase != Activity.Phase.UPCOMING or obj.orders.exists()):
             fields += ["total_stock", "safety_stock", "shards", "per_user_limit"]
+        elif obj is not None and not activity_shards_changeable(activity=obj):
+            fields.append("shards")  # the start is too close to lay the stock out again
         return fields
 
     def _run(self, request, queryset, action, verb):

@@ -4,7 +4,7 @@ from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from .errors import ApiError
+from .errors import ApiError, api_error_of
 
 _CODES = {
     exceptions.NotAuthenticated: "not_authenticated",
@@ -25,8 +25,9 @@ def error_response(exc: ApiError) -> Response:
 
 
 def exception_handler(exc, context):
-    if isinstance(exc, ApiError):
-        return error_response(exc)
+    known = api_error_of(exc)
+    if known is not None:
+        return error_response(known)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     if not isinstance(exc, exceptions.APIException):

@@ -13,7 +13,7 @@ from config.log_filters import expected_rejection_unlogged
 from orders.serializers import OrderSerializer
 
 from .captcha import captcha_issue
-from .errors import ApiError
+from .errors import ApiError, api_error_of
 from .gates import (
     FrontPassed,
     purchase_body_parse,
@@ -113,8 +113,13 @@ class PurchaseApi(APIView):
                 passed = purchase_front_gates(request, activity_id=kwargs["activity_id"])
                 if passed is not None:
                     return plain_json(purchase_finish(request, passed), status=202)
-            except ApiError as exc:
-                return error_json(exc)
+            except Exception as exc:
+                # The same answers as DRF's exception handler (api_errors), the database
+                # away (an uncached token's lookup) included; anything else is a bug.
+                known = api_error_of(exc)
+                if known is None:
+                    raise
+                return error_json(known)
             return view(request, *args, **kwargs)
 
         return functools.update_wrapper(purchase, view)  # keeps .cls and csrf_exempt (schema, middleware)
@@ -139,7 +144,7 @@ class PurchaseApi(APIView):
 class CaptchaApi(APIView):
     """A one-time challenge for activities that ask for one; answer it in the purchase body."""
 
-    @extend_schema(request=None, responses={201: CaptchaSerializer, 401: _ERR, 404: _ERR, 429: _ERR})
+    @extend_schema(request=None, responses={201: CaptchaSerializer, 401: _ERR, 404: _ERR, 429: _ERR, 503: _ERR})
     def post(self, request, activity_id: int):
         activity = snapshot_or_404(activity_id)
         traffic_limit_check(
@@ -154,7 +159,7 @@ class CaptchaApi(APIView):
 
 
 class ResultApi(APIView):
-    @extend_schema(responses={200: None, 401: _ERR, 404: _ERR})
+    @extend_schema(responses={200: None, 401: _ERR, 404: _ERR, 503: _ERR})
     def get(self, request, activity_id: int):
         activity = snapshot_or_404(activity_id)
         code, value = purchase_result(activity_id=activity.id, user_id=request.user.pk)

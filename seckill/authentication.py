@@ -34,7 +34,7 @@ def _remember(key, user) -> None:
     with _lock:
         if len(_cache) >= _MAX_ENTRIES:
             _cache.clear()
-        _cache[key] = (time.monotonic() + getattr(settings, "SECKILL_TOKEN_CACHE_TTL", 30.0), user)
+        _cache[key] = (time.monotonic() + settings.SECKILL_TOKEN_CACHE_TTL, user)
 
 
 def _token_user_sql() -> str:

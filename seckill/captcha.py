@@ -5,33 +5,52 @@ The challenge is a small sum (no images); the point here is the protocol (server
 state, one attempt, bound to the shopper, short-lived), and the question can be swapped
 for a stronger one without touching it. The question is in the request's language
 (LocaleMiddleware), so the shop's page shows it in the page's language.
+
+With the cache Redis away no challenge can be kept or checked: both answer 503 ``busy``
+(never a challenge that cannot be answered, never a purchase past an unchecked one).
 """
 
 import hmac
+import logging
 import secrets
 
+import redis
 from django.conf import settings
 from django.utils.translation import gettext as _
 
+from .errors import busy
 from .keys import ActivityKeys
 from .selectors import gate_redis
+
+logger = logging.getLogger(__name__)
+
+_AWAY = "The security check is unavailable just now; please try again in a moment."
 
 
 def captcha_issue(*, activity_id: int, user_id: int) -> dict:
     a, b = secrets.randbelow(40) + 10, secrets.randbelow(9) + 1
     challenge_id = secrets.token_urlsafe(18)
     ttl = settings.SECKILL_CAPTCHA_TTL
-    gate_redis().set(ActivityKeys(activity_id).captcha(challenge_id), f"{user_id}:{a + b}", ex=ttl)
+    try:
+        gate_redis().set(ActivityKeys(activity_id).captcha(challenge_id), f"{user_id}:{a + b}", ex=ttl)
+    except redis.RedisError as exc:
+        logger.warning("captcha of activity %s not issued, Redis unavailable: %s", activity_id, exc)
+        raise busy(_AWAY) from exc
     return {"captcha_id": challenge_id, "question": _("What is %(a)s + %(b)s?") % {"a": a, "b": b}, "expires_in": ttl}
 
 
 def captcha_consume(*, activity_id: int, user_id: int, challenge_id: str, answer: str) -> bool:
-    """True when the challenge exists, belongs to this shopper and the answer is right.
+    """True when the challenge exists, belongs to this shopper and the answer is right;
+    ApiError ``busy`` when Redis cannot say.
 
     GETDEL makes the check and the removal one atomic step: two concurrent attempts
     with the same challenge cannot both succeed.
     """
-    stored = gate_redis().getdel(ActivityKeys(activity_id).captcha(challenge_id))
+    try:
+        stored = gate_redis().getdel(ActivityKeys(activity_id).captcha(challenge_id))
+    except redis.RedisError as exc:
+        logger.warning("captcha of activity %s not checked, Redis unavailable: %s", activity_id, exc)
+        raise busy(_AWAY) from exc
     if stored is None:
         return False
     owner, _, expected = stored.decode().partition(":")

@@ -1,5 +1,14 @@
 """The one error type the JSON API answers with: ``{"code": …, "detail": …}``."""
 
+import logging
+
+from django.db import InterfaceError, OperationalError
+
+logger = logging.getLogger(__name__)
+
+# The database is unreachable (down, restarting, a network cut): an outage, not a bug.
+DATABASE_AWAY = (OperationalError, InterfaceError)
+
 
 class ApiError(Exception):
     def __init__(self, status: int, code: str, detail: str, *, retry_after: int | None = None):
@@ -11,3 +20,19 @@ class ApiError(Exception):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+
+
+def busy(detail: str = "The sale is busy; please try again in a moment.") -> ApiError:
+    """503 ``busy`` with ``Retry-After``: a dependency is away; the same request may succeed soon."""
+    return ApiError(503, "busy", detail, retry_after=2)
+
+
+def api_error_of(exc: BaseException) -> ApiError | None:
+    """What the API answers for ``exc``: itself, 503 ``busy`` when the database is away,
+    None for anything else (a real bug: logged, and a 500)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, DATABASE_AWAY):
+        logger.warning("database unavailable, answering busy: %s", exc)  # no traceback: an outage, not a bug
+        return busy("The shop's database is not answering; please try again in a moment.")
+    return None

@@ -21,14 +21,13 @@ import threading
 from functools import lru_cache
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 
 from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
 from orders.models import Order
 from orders.services import DB_PATH_PREFIX, OrderDuplicate, order_create_direct
 
-from .errors import ApiError
+from .errors import DATABASE_AWAY, ApiError, busy
 from .keys import ActivityKeys
 from .metrics import FALLBACK_PURCHASES
 from .models import Activity
@@ -41,10 +40,6 @@ logger = logging.getLogger(__name__)
 @lru_cache(maxsize=1)
 def _fallback_slots() -> threading.BoundedSemaphore:
     return threading.BoundedSemaphore(settings.SECKILL_FALLBACK_CONCURRENCY)
-
-
-def busy(detail: str = "The sale is busy; please try again in a moment.") -> ApiError:
-    return ApiError(503, "busy", detail, retry_after=2)
 
 
 def purchase_fallback(*, activity: ActivitySnapshot, user_id: int, quantity: int):
@@ -63,7 +58,7 @@ def purchase_fallback(*, activity: ActivitySnapshot, user_id: int, quantity: int
     except OrderDuplicate as exc:
         FALLBACK_PURCHASES.labels("duplicate").inc()
         raise ApiError(409, "duplicate", "You have already taken part in this sale.") from exc
-    except (OperationalError, InterfaceError) as exc:  # the database is away as well
+    except DATABASE_AWAY as exc:  # the database is away as well
         FALLBACK_PURCHASES.labels("busy").inc()
         logger.error("purchase fallback: database unavailable too: %s", exc)
         raise busy() from exc

@@ -28,7 +28,7 @@ from .limited import limited_for, limited_remember
 from .models import Activity
 from .redis_client import stock_redis
 from .scripts import run_admission
-from .selectors import ActivitySnapshot, activity_snapshot, blacklist, shopper_facts
+from .selectors import ActivitySnapshot, activity_snapshot, blacklist, redis_away, shopper_facts
 from .services import activity_token_ensure
 from .soldout import sold_out_known
 
@@ -146,15 +146,6 @@ def _rate(own: str, default: str) -> str | None:
     return None if not rate or rate == "off" else rate
 
 
-def redis_away() -> bool:
-    """The circuit breaker is not closed: Redis failed just now. The limits then let
-    requests on at once rather than wait for a timeout each; the database fallback that
-    serves purchases meanwhile has a strict concurrency cap of its own."""
-    from .breaker import redis_breaker
-
-    return redis_breaker().state != redis_breaker().CLOSED
-
-
 def _rate_limited(retry_after: float, detail: str = "Too many requests; please slow down.") -> ApiError:
     return ApiError(429, "rate_limited", detail, retry_after=max(1, math.ceil(retry_after)))
 
@@ -164,6 +155,8 @@ def _limit(request, *, group: str, value: str, rate: str) -> None:
     left = limited_for(memory_key)
     if left is not None:
         raise _rate_limited(left)  # over until its window ends: no need to ask Redis
+    # Redis failed just now: let requests on at once rather than wait for a timeout each;
+    # the database fallback that serves purchases meanwhile has a strict concurrency cap.
     if redis_away():
         return
     try:

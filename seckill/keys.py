@@ -10,6 +10,7 @@ per-user claims live in P user partitions ``{a<id>u<p>}`` (users and failed hash
 p = crc32(user id) % SECKILL_USER_PARTITIONS.
 """
 
+import secrets
 import zlib
 from dataclasses import dataclass
 
@@ -81,6 +82,12 @@ class ActivityKeys:
         return f"seckill:{self.tag}:attempts"
 
     @property
+    def pending(self) -> str:
+        """S > 1, user partition: sorted set, user id -> when (ms) their claim was taken,
+        while it is pending (the shard step has not settled it); reconciliation reads it."""
+        return f"seckill:{self.tag}:pending"
+
+    @property
     def failed(self) -> str:
         """Hash: user id -> why their reservation was released without an order."""
         return f"seckill:{self.tag}:failed"
@@ -142,6 +149,7 @@ class ActivityKeys:
             self.drain,
             self.attempts,
             self.failed,
+            self.pending,
             self.returned,
             self.db_synced,
             self.admission,
@@ -154,5 +162,18 @@ def claim_value(shard: int, reservation_id: str) -> str:
     return f"{shard}:{reservation_id}"
 
 
-# S > 1: the claim while the shard scripts run (no reservation yet).
+# S > 1: the prefix of a claim while the shard scripts run (no reservation yet).
 CLAIM_PENDING = "*"
+
+
+def claim_pending(now_ms: int) -> str:
+    """A pending claim: when it was taken (so a claim an error left behind can be told
+    from one in flight) and a nonce (so only the purchase that took it settles it)."""
+    return f"{CLAIM_PENDING}{now_ms}-{secrets.token_hex(4)}"
+
+
+def claim_pending_since(claim: str) -> int | None:
+    """When a pending claim was taken (Unix ms); None for a claim naming a reservation."""
+    if not claim.startswith(CLAIM_PENDING):
+        return None
+    return int(claim[len(CLAIM_PENDING) :].split("-", 1)[0])

@@ -38,6 +38,7 @@ from . import metrics
 from .keys import ActivityKeys
 from .models import Activity
 from .redis_client import stock_redis
+from .reservations import claims_pending_settle
 from .scripts import LogEntry, RedisSnapshot, run_snapshot
 from .selectors import activity_shards
 
@@ -54,6 +55,24 @@ BUCKETS = (
     "not_deducted",
     "paid_not_deducted",
     "unexplained_drift",
+)
+
+# The keys of a report that API.md promises to `reconcile --json` (a report has more).
+REPORT_CONTRACT_KEYS = frozenset(
+    {
+        "activity",
+        "redis_loaded",
+        "redis_remaining",
+        "reserved_not_ordered",
+        "db_total",
+        "db_available",
+        "units_pending",
+        "units_paid",
+        "units_cancelled",
+        "buckets",
+        "anomalies_opened",
+        "identity_ok",
+    }
 )
 
 
@@ -229,8 +248,12 @@ def _act(activity_id: int, m: Measurement, grace: float) -> tuple[dict, int]:
     from .services import reservations_replay
 
     actions = {"orders_created": 0, "reservations_released": 0, "orders_cancelled": 0}
-    actions |= {"orders_returned_to_redis": 0, "orders_deducted": 0}
+    actions |= {"orders_returned_to_redis": 0, "orders_deducted": 0, "pending_claims_settled": 0}
     opened = 0
+    # S > 1: claims a Redis error left pending (no stock moved; the shopper's "queued").
+    actions["pending_claims_settled"] = claims_pending_settle(
+        activity_id=activity_id, shards=activity_shards(activity_id)
+    )
     if m.stale_unordered(grace):
         replay = reservations_replay(activity_id=activity_id, grace_seconds=grace)
         actions["orders_created"] = replay.created

@@ -2,6 +2,7 @@
 ``Script`` (EVALSHA, reloaded on NOSCRIPT). The client is passed at call time."""
 
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import redis
 from django.conf import settings
 from redis.commands.core import Script
 
-from .keys import CLAIM_PENDING, ActivityKeys, claim_value
+from .keys import ActivityKeys, claim_pending, claim_value
 from .metrics import script_timer
 
 _LUA_DIR = Path(__file__).parent / "lua"
@@ -51,6 +52,7 @@ class PurchaseReply:
     reservation_id: str
     shard: int = 0
     kick: bool = False  # this reservation set the drain flag: ask a worker to drain the log
+    held: str = ""  # S > 1, duplicate: the claim the shopper holds (maybe a pending one)
 
 
 def run_reserve(
@@ -74,13 +76,17 @@ def _run_purchase_sharded(
     ``sold_out`` while an untried shard still holds units; later buyers get them.
     """
     part = keys.user_partition(user_id, partitions)
+    now_ms = int(time.time() * 1000)
+    pending = claim_pending(now_ms)
     with script_timer("claim"):
-        claimed = CLAIM(keys=[part.users, part.failed], args=[user_id, CLAIM_PENDING], client=client)
-    if not claimed:
-        return PurchaseReply(ScriptCode.DUPLICATE, 0, "")
+        held = CLAIM(keys=[part.users, part.failed, part.pending], args=[user_id, pending, now_ms], client=client)
+    if held != 1:
+        return PurchaseReply(ScriptCode.DUPLICATE, 0, "", held=held.decode() if isinstance(held, bytes) else held)
     reply = PurchaseReply(ScriptCode.SOLD_OUT, 0, "")
     # A Redis error on the way leaves the claim pending: a timed-out script may have
-    # reserved, and a shopper blocked is safer than one who can buy twice.
+    # reserved, and a shopper blocked is safer than one who can buy twice. Once it is
+    # older than SECKILL_CLAIM_PENDING_TIMEOUT, seckill.reservations.claim_pending_settle
+    # settles it from the shard logs and the orders.
     for shard in random.sample(range(shards), min(SHARD_TRIES, shards)):
         shard_keys = keys.shard(shard)
         with script_timer("shard_purchase"):
@@ -98,7 +104,7 @@ def _run_purchase_sharded(
     # otherwise the shopper is free to try again.
     reserved = reply.code == ScriptCode.RESERVED
     new = claim_value(reply.shard, reply.reservation_id) if reserved else ""
-    run_claim_settle(client, part, user_id=user_id, expected=CLAIM_PENDING, new=new)
+    run_claim_settle(client, part, user_id=user_id, expected=pending, new=new)
     return reply
 
 
@@ -107,7 +113,9 @@ def run_claim_settle(
 ) -> bool:
     with script_timer("claim_settle"):
         changed = CLAIM_SETTLE(
-            keys=[partition.users, partition.failed], args=[user_id, expected, new, reason], client=client
+            keys=[partition.users, partition.failed, partition.pending],
+            args=[user_id, expected, new, reason],
+            client=client,
         )
     return bool(changed)
 

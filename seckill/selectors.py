@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 from django_redis import get_redis_connection
 from redis.exceptions import LockError
 
+from .errors import DATABASE_AWAY, busy
 from .keys import ActivityKeys
 from .models import Activity, BlacklistEntry, activity_phase
 from .redis_client import stock_redis
@@ -67,6 +68,14 @@ class ActivitySnapshot:
 def gate_redis() -> redis.Redis:
     """The cache Redis (django-redis ``default``): activity and blacklist copies, captchas."""
     return get_redis_connection("default")
+
+
+def redis_away() -> bool:
+    """The circuit breaker is not closed: Redis failed just now in this process. Reads
+    that can do without Redis then skip it at once rather than wait for a timeout each."""
+    from .breaker import redis_breaker
+
+    return redis_breaker().state != redis_breaker().CLOSED
 
 
 @dataclass(frozen=True)
@@ -157,19 +166,30 @@ def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: fl
         found, value = _local_get(name)
         if found:
             return value
-        from .breaker import redis_breaker
-
-        # With the breaker open (Redis failed just now) go to the database at once.
-        shared = shared and redis_breaker().state == redis_breaker().CLOSED
         try:
-            value = _shared_get_or_build(keys, codec) if shared else codec.load()
-        except redis.RedisError as exc:
-            logger.warning("cache Redis unavailable for %s, reading the database: %s", name, exc)
-            value = codec.load()
+            value = _shared_or_database(name, keys, codec, shared=shared)
+        except DATABASE_AWAY as exc:
+            # The database is away too: the copy that ran out beats no answer (a cached
+            # shopper keeps buying through Redis); without one the caller answers busy.
+            stale, value = _local_stale(name)
+            if not stale:
+                raise
+            logger.warning("database unavailable, %s served from the last copy: %s", name, exc)
         _local_put(name, value, local_ttl)
     finally:
         flight.release()
     return value
+
+
+def _shared_or_database(name: str, keys: _SharedKeys, codec: _Codec, *, shared: bool) -> object:
+    # With the breaker open (Redis failed just now) go to the database at once.
+    if not shared or redis_away():
+        return codec.load()
+    try:
+        return _shared_get_or_build(keys, codec)
+    except redis.RedisError as exc:
+        logger.warning("cache Redis unavailable for %s, reading the database: %s", name, exc)
+        return codec.load()
 
 
 def _shared_get_or_build(keys: _SharedKeys, codec: _Codec) -> object:
@@ -306,6 +326,13 @@ def activity_snapshot_forget(activity_id: int | None = None) -> None:
     _after_commit(lambda: _activity_forget_now(activity_id))
 
 
+def activity_snapshot_forget_local(activity_id: int) -> None:
+    """Drop this process's copy only: the next request reads the shared copy again (which
+    whoever changed the activity has dropped already), not the database."""
+    with _local_lock:
+        _local.pop(f"activity:{activity_id}", None)
+
+
 def _activity_forget_now(activity_id: int) -> None:
     with _local_lock:
         _local.pop(f"activity:{activity_id}", None)
@@ -418,7 +445,10 @@ def blacklist_forget() -> None:
     def forget_now() -> None:
         with _local_lock:
             _local.pop("blacklist", None)
-        _shared_forget(gate_redis(), _BLACKLIST_KEYS)
+        try:
+            _shared_forget(gate_redis(), _BLACKLIST_KEYS)
+        except redis.RedisError as exc:  # the Redis copy then lives out its SECKILL_BLACKLIST_REDIS_TTL
+            logger.warning("could not drop the cached blacklist: %s", exc)
 
     with _local_lock:
         _local.pop("blacklist", None)
@@ -444,26 +474,39 @@ def _shopper_facts_load(user_id: int) -> ShopperFacts | None:
 
 
 def shopper_facts(user_id: int) -> ShopperFacts | None:
-    """What eligibility rules need of a shopper, cached in Redis for SECKILL_SHOPPER_CACHE_TTL."""
-    if settings.SECKILL_SHOPPER_CACHE_TTL <= 0:
+    """What eligibility rules need of a shopper, cached in Redis for SECKILL_SHOPPER_CACHE_TTL;
+    from the database alone while that Redis is away."""
+    if settings.SECKILL_SHOPPER_CACHE_TTL <= 0 or redis_away():
         return _shopper_facts_load(user_id)
-    client = gate_redis()
-    raw = client.get(_shopper_key(user_id))
+    try:
+        raw = gate_redis().get(_shopper_key(user_id))
+    except redis.RedisError as exc:
+        logger.warning("cache Redis unavailable for shopper %s, reading the database: %s", user_id, exc)
+        return _shopper_facts_load(user_id)
     if raw is not None:
         data = json.loads(raw)
         return ShopperFacts(data[0], parse_datetime(data[1])) if data else None
     facts = _shopper_facts_load(user_id)
     raw = json.dumps([facts.member_level, facts.date_joined] if facts else None, default=_json_default)
-    client.set(_shopper_key(user_id), raw, ex=settings.SECKILL_SHOPPER_CACHE_TTL)
+    try:
+        gate_redis().set(_shopper_key(user_id), raw, ex=settings.SECKILL_SHOPPER_CACHE_TTL)
+    except redis.RedisError as exc:  # the answer stands; the next request reads the database again
+        logger.warning("shopper %s not cached, Redis unavailable: %s", user_id, exc)
     return facts
 
 
 def shopper_facts_forget(user_id: int) -> None:
-    _after_commit(lambda: gate_redis().delete(_shopper_key(user_id)))
+    def forget_now() -> None:
+        try:
+            gate_redis().delete(_shopper_key(user_id))
+        except redis.RedisError as exc:  # the copy then lives out its SECKILL_SHOPPER_CACHE_TTL
+            logger.warning("could not drop the cached facts of shopper %s: %s", user_id, exc)
+
+    _after_commit(forget_now)
 
 
 def activity_shards(activity_id: int) -> int:
-    """S of an activity (fixed once warmed), from the process's activity cache."""
+    """S of an activity (it changes only well before the start), from the process's activity cache."""
     snapshot = activity_snapshot(activity_id)
     return snapshot.shards if snapshot is not None else 1
 
@@ -493,9 +536,14 @@ def redis_remaining(activity_id: int) -> int | None:
 
 
 def redis_remaining_many(activity_ids: list[int]) -> dict[int, int | None]:
-    """What pages show: the stock key, or (S > 1) the display total beat refreshes."""
+    """What pages show: the stock key, or (S > 1) the display total beat refreshes.
+    None for an activity that is not warmed, and for every one while Redis is away
+    (unknown: a page still shows, without the figure)."""
     if not activity_ids:
         return {}
+    unknown = dict.fromkeys(activity_ids)
+    if redis_away():
+        return unknown
     # One GET per activity in a pipeline, not MGET: the keys live in different Redis
     # Cluster slots, and a cluster pipeline routes each command to its node.
     # No database read for S: only a sharded activity has a display total, so it wins.
@@ -504,7 +552,11 @@ def redis_remaining_many(activity_ids: list[int]) -> dict[int, int | None]:
         keys = ActivityKeys(activity_id)
         pipe.get(keys.display)
         pipe.get(keys.stock)
-    pairs = pipe.execute()
+    try:
+        pairs = pipe.execute()
+    except redis.RedisError as exc:
+        logger.warning("remaining stock unknown, Redis unavailable: %s", exc)
+        return unknown
     values = [d if d is not None else s for d, s in zip(pairs[::2], pairs[1::2], strict=True)]
     return {a: (int(v) if v is not None else None) for a, v in zip(activity_ids, values, strict=True)}
 
@@ -515,7 +567,11 @@ def live_activities(now: datetime | None = None):
 
 
 def purchase_result(*, activity_id: int, user_id: int) -> tuple[str, object]:
-    """The caller's outcome: ("ordered", order) | ("queued", None) | ("failed", reason) | ("none", None)."""
+    """The caller's outcome: ("ordered", order) | ("queued", None) | ("failed", reason) | ("none", None).
+
+    A live order answers from the database alone; anything else needs Redis, and while
+    Redis is away that is ApiError ``busy`` (a reservation may exist: "none" would be a lie).
+    """
     from orders.models import Order
 
     orders = list(Order.objects.filter(activity_id=activity_id, user_id=user_id).order_by("-created_at", "-id")[:1])
@@ -525,11 +581,18 @@ def purchase_result(*, activity_id: int, user_id: int) -> tuple[str, object]:
     # The activity's own hashes (S = 1) and the shopper's partition (S > 1): no database read for S.
     keys = ActivityKeys(activity_id)
     part = keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+    away = busy("The result cannot be read just now; please try again in a moment.")
+    if redis_away():
+        raise away
     pipe = stock_redis().pipeline(transaction=False)
     for hashes in (keys, part):
         pipe.hget(hashes.users, user_id)
         pipe.hget(hashes.failed, user_id)
-    own_reservation, own_failed, part_reservation, part_failed = pipe.execute()
+    try:
+        own_reservation, own_failed, part_reservation, part_failed = pipe.execute()
+    except redis.RedisError as exc:
+        logger.warning("result of shopper %s in activity %s unknown, Redis unavailable: %s", user_id, activity_id, exc)
+        raise away from exc
     reservation = own_reservation if own_reservation is not None else part_reservation
     failed = own_failed if own_failed is not None else part_failed
     if reservation is not None:

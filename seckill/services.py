@@ -16,16 +16,17 @@ from inventory.models import Product, SeckillStock
 from inventory.services import stock_create, stock_set_total
 from orders.models import AnomalyOrder, Order
 
-from .errors import ApiError
+from .errors import ApiError, busy
 from .keys import ActivityKeys, claim_value
 from .models import Activity
 from .redis_client import stock_redis
-from .reservations import reservation_attempt, reservations_pending
+from .reservations import claim_pending_settle, reservation_attempt, reservations_pending
 from .scripts import ScriptCode, run_claim_settle, run_reserve, run_warmup, warmup_shares
 from .selectors import (
     ActivitySnapshot,
     activity_snapshot_fill,
     activity_snapshot_forget,
+    activity_snapshot_forget_local,
     blacklist_forget,
     redis_stock_totals,
     shopper_facts_forget,
@@ -75,15 +76,42 @@ def activity_create(
 
 _SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at"})
 
+# The shard count may change until this long before the start: the stock is laid out
+# again in Redis after the save, and every web process must see the new count (its
+# cached copy of the activity lives SECKILL_ACTIVITY_CACHE_TTL) before the first purchase.
+SHARDS_CHANGE_LEAD = timedelta(seconds=60)
+
+
+class ActivityChangeRefused(Exception):
+    """An edit that would break the running sale; nothing was saved."""
+
+
+def activity_shards_changeable(*, activity: Activity, now: datetime | None = None) -> bool:
+    """Whether the stored activity's shard count may still change: its start is more than
+    SHARDS_CHANGE_LEAD away and it has no order. Afterwards reservations may sit in the
+    shards' logs, and moving live stock between keys could lose or double units."""
+    now = now or timezone.now()
+    return activity.start_at - SHARDS_CHANGE_LEAD > now and not Order.objects.filter(activity_id=activity.pk).exists()
+
 
 def activity_save(*, activity: Activity) -> Activity:
     """Save an activity edited in admin and keep its stock row in step.
 
     The total may change only while nothing is sold (enforced by the stock service).
     A warmed activity whose total or safety stock changed is warmed again, so that
-    Redis never sells what the database no longer has.
+    Redis never sells what the database no longer has. The shard count may change only
+    while ``activity_shards_changeable`` (and the new start is as far away); on a
+    warmed activity the stock is then laid out again (``activity_stock_relayout``).
+    Raises ActivityChangeRefused otherwise, before anything is written.
     """
-    before = Activity.objects.filter(pk=activity.pk).values("total_stock", "safety_stock", "status").first()
+    stored = Activity.objects.filter(pk=activity.pk).first()
+    if stored is not None and stored.shards != activity.shards:
+        now = timezone.now()
+        if not (activity_shards_changeable(activity=stored, now=now) and activity.start_at - SHARDS_CHANGE_LEAD > now):
+            raise ActivityChangeRefused(
+                f"the shard count stays {stored.shards}: it can change only until "
+                f"{int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, while no order exists"
+            )
     with transaction.atomic():
         if activity._state.adding:
             activity.save()
@@ -101,13 +129,13 @@ def activity_save(*, activity: Activity) -> Activity:
             stock_set_total(activity_id=activity.pk, total=activity.total_stock)
         activity_start_schedule(activity_id=activity.pk)
     activity_snapshot_forget(activity.pk)
-    if (
-        before
-        and before["status"] == Activity.Status.WARMED
-        and (before["total_stock"], before["safety_stock"]) != (activity.total_stock, activity.safety_stock)
-    ):
+    if stored is not None and stored.status == Activity.Status.WARMED:
         # After the commit: the admin saves inside a transaction, and Redis waits for none.
-        transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
+        if stored.shards != activity.shards:
+            old_shards = stored.shards
+            transaction.on_commit(lambda: _activity_relayout_logged(activity_id=activity.pk, old_shards=old_shards))
+        elif (stored.total_stock, stored.safety_stock) != (activity.total_stock, activity.safety_stock):
+            transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
     return activity
 
 
@@ -145,14 +173,24 @@ def activity_token_ensure(*, activity_id: int, now: datetime | None = None) -> s
     """Create the purchase token once the activity has started; None before the start.
 
     A conditional UPDATE, so concurrent callers (the start task, beat, a web process
-    noticing the start first) agree on one token.
+    noticing the start first) agree on one token. In the first second after the start
+    every request whose cached activity has no token yet lands here: a caller that finds
+    the token stored costs one SELECT, and only the one UPDATE that wrote it drops the
+    cached copies (each drop makes every process read the activity again).
     """
     now = now or timezone.now()
-    Activity.objects.filter(pk=activity_id, purchase_token__isnull=True, start_at__lte=now).update(
-        purchase_token=secrets.token_urlsafe(24)
-    )
-    activity_snapshot_forget(activity_id)
-    return Activity.objects.filter(pk=activity_id, start_at__lte=now).values_list("purchase_token", flat=True).first()
+    started = Activity.objects.filter(pk=activity_id, start_at__lte=now)
+    stored = started.values_list("purchase_token", flat=True).first()
+    if stored is not None:
+        # Another caller created it: this process's copy is stale, the shared one is not.
+        activity_snapshot_forget_local(activity_id)
+        return stored
+    token = secrets.token_urlsafe(24)
+    if started.filter(purchase_token__isnull=True).update(purchase_token=token):
+        activity_snapshot_forget(activity_id)
+        return token
+    # Not started, or another caller wrote the token between the two queries.
+    return started.values_list("purchase_token", flat=True).first()
 
 
 # --- warm-up ------------------------------------------------------------------
@@ -355,15 +393,43 @@ def _participants_target(keys: ActivityKeys, user_id: int, shards: int) -> Activ
     return keys if shards == 1 else keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
 
 
+def activity_stock_relayout(*, activity_id: int, old_shards: int) -> WarmupResult:
+    """The shard count of a warmed activity changed before the start: remove the stock
+    keys of the old layout (its shards, and its user partitions or users hash) and warm
+    the new one from the database.
+
+    The activity counts as not warmed until the warm-up has written every new shard, so
+    if it fails the automatic warm-up (beat) does it again; never are units left behind
+    in keys the purchase no longer reads.
+    """
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    if any(client.xlen(k.log) for k in keys.shards(old_shards)):
+        raise WarmupError(f"activity {activity_id}: reservations exist; the stock cannot be laid out again")
+    Activity.objects.filter(pk=activity_id, status=Activity.Status.WARMED).update(status=Activity.Status.SCHEDULED)
+    _stock_keys_unlink(client, keys, old_shards)
+    return activity_warmup(activity_id=activity_id, force=True)
+
+
+def _activity_relayout_logged(*, activity_id: int, old_shards: int) -> None:
+    try:
+        activity_stock_relayout(activity_id=activity_id, old_shards=old_shards)
+    except (WarmupError, redis.RedisError) as exc:  # the autowarm task and the operator can retry
+        logger.error("re-warm of activity %s over its new shard count failed: %s", activity_id, exc)
+
+
 def _participants_restore(client, keys: ActivityKeys, participants: dict, *, shards: int) -> None:
-    """Write the shoppers' records: the activity's users hash, or (S > 1) their partitions."""
-    by_hash: dict[str, dict] = {}
+    """Write the shoppers' records: the activity's users hash, or (S > 1) their partitions
+    (where the restored claims name reservations, so none of them is pending any more)."""
+    by_target: dict[ActivityKeys, dict] = {}
     for user_id, value in participants.items():
-        by_hash.setdefault(_participants_target(keys, user_id, shards).users, {})[user_id] = value
-    for name, mapping in by_hash.items():
+        by_target.setdefault(_participants_target(keys, user_id, shards), {})[user_id] = value
+    for target, mapping in by_target.items():
         items = list(mapping.items())
         for i in range(0, len(items), 1000):
-            client.hset(name, mapping=dict(items[i : i + 1000]))
+            chunk = dict(items[i : i + 1000])
+            client.hset(target.users, mapping=chunk)
+            if shards > 1:
+                client.zrem(target.pending, *chunk)
 
 
 def _participants_correct(client, keys: ActivityKeys, written: dict, now: dict, *, shards: int) -> None:
@@ -415,7 +481,7 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     then re-synchronises the stock before it closes (``seckill.breaker``).
     """
     from .breaker import redis_breaker
-    from .fallback import busy, stock_resync
+    from .fallback import stock_resync
 
     breaker = redis_breaker()
     ticket = breaker.allow()
@@ -424,15 +490,16 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     try:
         if ticket == breaker.PROBE:
             stock_resync()
-        reply = run_reserve(
-            stock_redis(),
-            activity.keys,
-            user_id=user_id,
-            quantity=quantity,
-            limit=activity.per_user_limit,
-            shards=activity.shards,
-            partitions=settings.SECKILL_USER_PARTITIONS,
-        )
+        reply = _reserve(activity, user_id=user_id, quantity=quantity)
+        if (
+            reply.code == ScriptCode.DUPLICATE
+            and reply.held
+            and claim_pending_settle(activity_id=activity.id, user_id=user_id, held=reply.held, shards=activity.shards)
+            == ""
+        ):
+            # A pending claim that an error left behind, without a reservation: gone, so
+            # this purchase is the shopper's next attempt.
+            reply = _reserve(activity, user_id=user_id, quantity=quantity)
     except redis.TimeoutError as exc:
         # The script may have run: the outcome is unknown, so no second path may sell.
         breaker.record_failure(ticket)
@@ -465,15 +532,27 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         raise ApiError(410, "sold_out", "Sold out.")
     if reply.code == ScriptCode.NOT_WARMED:
         logger.error("purchase: activity %s is live but not warmed", activity.id)
-        raise ApiError(503, "busy", "The sale is not ready yet; please try again in a moment.", retry_after=2)
+        raise busy("The sale is not ready yet; please try again in a moment.")
     raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
+
+
+def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int):
+    return run_reserve(
+        stock_redis(),
+        activity.keys,
+        user_id=user_id,
+        quantity=quantity,
+        limit=activity.per_user_limit,
+        shards=activity.shards,
+        partitions=settings.SECKILL_USER_PARTITIONS,
+    )
 
 
 def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
     """The database path, only while the breaker is open; busy otherwise (closed after a
     failure below the threshold, or half-open: the probe waits for this path to be idle).
     The breaker counts the purchase in flight until it has committed or failed."""
-    from .fallback import busy, purchase_fallback
+    from .fallback import purchase_fallback
 
     if not breaker.fallback_begin():
         raise busy()
@@ -640,11 +719,7 @@ def activity_keys_remove(*, activity_id: int, shards: int | None = None, batch_s
     client, keys = stock_redis(), ActivityKeys(activity_id)
     if shards is None:
         shards = Activity.objects.filter(pk=activity_id).values_list("shards", flat=True).first() or 1
-    removed = 0
-    # One UNLINK per hash tag: each stays within one Cluster slot.
-    partitions = [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if shards > 1 else []
-    for part in keys.shards(shards) + partitions:
-        removed += client.unlink(*part.all())
+    removed = _stock_keys_unlink(client, keys, shards)
     for pattern in keys.scan_patterns:
         batch: list = []
         for key in client.scan_iter(match=pattern, count=1000):
@@ -655,6 +730,13 @@ def activity_keys_remove(*, activity_id: int, shards: int | None = None, batch_s
         if batch:
             removed += sum(client.unlink(k) for k in batch)
     return removed
+
+
+def _stock_keys_unlink(client, keys: ActivityKeys, shards: int) -> int:
+    """UNLINK the stock keys of a layout of ``shards``: each shard's, and (S > 1) each user
+    partition's. One call per hash tag: each stays within one Cluster slot."""
+    partitions = [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if shards > 1 else []
+    return sum(client.unlink(*part.all()) for part in keys.shards(shards) + partitions)
 
 
 def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:

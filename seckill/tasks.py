@@ -8,8 +8,9 @@ from datetime import timedelta
 import redis
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 from django.utils import timezone
+
+from config.celery_app import RESERVATION_TASK_OPTIONS
 
 from .keys import ActivityKeys
 from .models import Activity
@@ -29,14 +30,7 @@ from .services import (
 logger = logging.getLogger(__name__)
 
 
-@shared_task(
-    acks_late=True,
-    autoretry_for=(OperationalError, InterfaceError, redis.RedisError),
-    retry_backoff=1,
-    retry_backoff_max=30,
-    retry_jitter=True,
-    max_retries=10,
-)
+@shared_task(**RESERVATION_TASK_OPTIONS)
 def reservations_drain_task(activity_id: int) -> dict:
     """Create the orders of every reservation in the log, in batches, for as long as
     reservations keep coming (up to SECKILL_DRAIN_TASK_SECONDS).

@@ -19,6 +19,8 @@ from django.views.decorators.http import require_GET
 
 from inventory.models import Product
 
+from .apis import error_json
+from .errors import DATABASE_AWAY, api_error_of
 from .middleware import mark_shared
 from .models import Activity
 from .pages import activity_page_render
@@ -90,6 +92,10 @@ def me(request):
     """What the cached page cannot carry: who is logged in, and a CSRF token (the
     cookie is set too) for the purchase, pay and cancel calls."""
     user = request.user
+    try:
+        user.is_authenticated  # noqa: B018 - loads the session's user: the database may be away
+    except DATABASE_AWAY as exc:
+        return error_json(api_error_of(exc))
     response = JsonResponse(
         {
             "authenticated": user.is_authenticated,

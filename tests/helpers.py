@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,6 +63,35 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def http(base: str, method: str, path: str, *, key: str | None = None, body=None, headers: dict | None = None):
+    """One request to a real server: (status, JSON body, headers); never raises on an
+    HTTP error status (every answer of the API is JSON, errors included)."""
+    data = json.dumps(body).encode() if body is not None else None
+    all_headers = {"Content-Type": "application/json", **(headers or {})}
+    if key:
+        all_headers["Authorization"] = f"Token {key}"
+    request = urllib.request.Request(f"{base}{path}", data=data, headers=all_headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read() or b"null"), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, (json.loads(raw) if raw else None), dict(exc.headers)
+
+
+def purchase(base: str, activity_id: int, key: str, token: str, *, headers: dict | None = None, **extra):
+    """POST /api/activities/<id>/purchase as the shopper whose API token is ``key``;
+    ``extra`` goes into the body (``quantity=2``). Answers as http()."""
+    return http(
+        base,
+        "POST",
+        f"/api/activities/{activity_id}/purchase",
+        key=key,
+        body={"token": token, **extra},
+        headers=headers,
+    )
+
+
 class Process:
     """A real child process (gunicorn, a Celery worker) with its log kept for failures."""
 
@@ -101,9 +133,10 @@ class Process:
 
 
 def start_celery_worker(
-    log_dir: Path, *, name: str = "worker", concurrency: int = 2, env: dict | None = None
+    log_dir: Path, *, name: str = "worker", concurrency: int = 2, env: dict | None = None, options: tuple = ()
 ) -> Process:
-    """A real Celery worker process on the test broker and database; returns once it is ready."""
+    """A real Celery worker process on the test broker and database; returns once it is
+    ready. ``options``: more command-line options (``("--prefetch-multiplier", "1")``)."""
     hostname = f"{name}-{os.getpid()}-{time.monotonic_ns()}@%h"
     argv = [
         str(BIN / "celery"),
@@ -120,6 +153,7 @@ def start_celery_worker(
         "--without-mingle",
         "--pool",
         "prefork",
+        *options,
     ]
     process = Process(name, argv, env or subprocess_env(), log_dir).start()
     wait_until(lambda: "ready." in process.log() or not process.alive(), timeout=60, what=f"{name} to be ready")

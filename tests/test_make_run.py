@@ -1,7 +1,8 @@
 """`make run` end to end: the supervisor (`python -m config.stack`) starts its own
 embedded PostgreSQL and Redis (in a state folder of its own, so the servers this suite
 runs on are not touched), gunicorn, a Celery worker and beat; a shopper buys through
-HTTP and gets an order; SIGINT stops every process it started, and nothing else."""
+HTTP and gets an order; SIGINT (Ctrl-C) or SIGTERM stops every process it started, and
+nothing else."""
 
 import json
 import os
@@ -92,45 +93,103 @@ def stack_state_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_make_run_serves_sells_and_stops_cleanly(stack_state_dir, tmp_path):
-    port, pg_port, redis_port = free_port(), free_port(), free_port()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"}
-        and not k.startswith("SECKILL_")
-    }
-    env.update(
-        PORT=str(port),
-        WEB_CONCURRENCY="1",
-        SECKILL_STATE_DIR=str(stack_state_dir),
-        SECKILL_EMBEDDED_PG_PORT=str(pg_port),
-        SECKILL_EMBEDDED_REDIS_PORT=str(redis_port),
-        PYTHONUNBUFFERED="1",
-    )
-    log_path = tmp_path / "stack.log"
-    log = open(log_path, "wb")
-    stack = subprocess.Popen(
-        [sys.executable, "-m", "config.stack"],
-        cwd=BASE_DIR,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    children: set[int] = set()
-    try:
+class Stack:
+    """`python -m config.stack` (what `make run` runs) on free ports, with its own state
+    folder and embedded servers; its output kept for failures."""
+
+    def __init__(self, state_dir: Path, log_path: Path):
+        self.port, self.pg_port, self.redis_port = free_port(), free_port(), free_port()
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"}
+            and not k.startswith("SECKILL_")
+        }
+        env.update(
+            PORT=str(self.port),
+            WEB_CONCURRENCY="1",
+            SECKILL_STATE_DIR=str(state_dir),
+            SECKILL_EMBEDDED_PG_PORT=str(self.pg_port),
+            SECKILL_EMBEDDED_REDIS_PORT=str(self.redis_port),
+            PYTHONUNBUFFERED="1",
+        )
+        self.state_dir, self.log_path = state_dir, log_path
+        self.base = f"http://127.0.0.1:{self.port}"
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "config.stack"],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_serving(self) -> None:
         wait_until(
-            lambda: stack.poll() is not None or answers(f"{base}/api/activities/"),
+            lambda: self.proc.poll() is not None or answers(f"{self.base}/api/activities/"),
             timeout=240,
             interval=0.5,
             what="make run to serve",
         )
-        assert stack.poll() is None, log_path.read_text()[-4000:]
+        assert self.proc.poll() is None, self.output()[-4000:]
+
+    def children(self) -> set[int]:
+        """Every process below the stack, once gunicorn, the worker and beat all run."""
+
+        def all_started():
+            found = descendants(self.proc.pid)
+            names = {Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() for pid in found}
+            started = any("gunicorn" in n for n in names) and any(" worker" in n for n in names)
+            return found if started and any(" beat" in n for n in names) else None
+
+        return wait_until(all_started, timeout=120, interval=0.5, what="gunicorn, the worker and beat")
+
+    def stop(self, signum: int) -> None:
+        """Send ``signum``; SIGKILL the group if it outlives 90 s (the test then fails)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        try:
+            self.proc.wait(90)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self._log.close()
+
+    def assert_stopped_cleanly(self, children: set[int], signum: int) -> None:
+        output = self.output()
+        assert self.proc.returncode == 0, output[-4000:]
+        # The stack names the servers it stopped; whether it found Redis still up or not,
+        # the port checks below are what prove nothing it started is left running.
+        assert "stopped (and the embedded postgres" in output, output[-2000:]
+        assert "did not stop in time" not in output, output[-2000:]  # each child stopped on SIGTERM
+        leftovers = [pid for pid in children if running(pid)]
+        assert not leftovers, f"still running after {signal.Signals(signum).name}: {leftovers}"
+        # The servers the stack started are down; the suite's own servers are not.
+        assert not (self.state_dir / "pgdata" / "postmaster.pid").exists()
+        wait_until(
+            lambda: not any(answers_tcp(p) for p in (self.port, self.redis_port, self.pg_port)),
+            timeout=30,
+            what="the web server and the embedded servers to stop",
+        )
+        connection.ensure_connection()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        assert stock_redis().ping()
+
+
+def test_make_run_serves_sells_and_stops_cleanly(stack_state_dir, tmp_path):
+    stack = Stack(stack_state_dir, tmp_path / "stack.log")
+    base = stack.base
+    children: set[int] = set()
+    try:
+        stack.wait_serving()
 
         # seed_demo made shoppers with API tokens and a running sale.
-        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{pg_port}/seckill") as db:
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{stack.pg_port}/seckill") as db:
             (key,) = db.execute(
                 "SELECT t.key FROM authtoken_token t JOIN auth_user u ON u.id = t.user_id WHERE u.username = 'alice'"
             ).fetchone()
@@ -152,35 +211,21 @@ def test_make_run_serves_sells_and_stops_cleanly(stack_state_dir, tmp_path):
         status, orders = http("GET", f"{base}/api/orders/", key=key)
         assert orders["count"] == 1
 
-        children = descendants(stack.pid)
-        names = {Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() for pid in children}
-        assert any("gunicorn" in n for n in names) and any(" worker" in n for n in names)
-        assert any(" beat" in n for n in names), names
+        children = stack.children()
     finally:
-        if stack.poll() is None:
-            stack.send_signal(signal.SIGINT)
-        try:
-            stack.wait(90)
-        finally:
-            if stack.poll() is None:
-                os.killpg(stack.pid, signal.SIGKILL)
-            log.close()
+        stack.stop(signal.SIGINT)
+    stack.assert_stopped_cleanly(children, signal.SIGINT)
 
-    output = log_path.read_text()
-    assert stack.returncode == 0, output[-4000:]
-    # The stack names the servers it stopped; whether it found Redis still up or not, the
-    # port checks below are what prove nothing it started is left running.
-    assert "stopped (and the embedded postgres" in output, output[-2000:]
-    assert "did not stop in time" not in output, output[-2000:]  # each child stopped on SIGTERM
-    leftovers = [pid for pid in children if running(pid)]
-    assert not leftovers, f"still running after SIGINT: {leftovers}"
-    # The servers the stack started are down; the suite's own servers are not.
-    assert not (stack_state_dir / "pgdata" / "postmaster.pid").exists()
-    wait_until(lambda: not answers_tcp(redis_port) and not answers_tcp(pg_port), timeout=30, what="servers to stop")
-    connection.ensure_connection()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    assert stock_redis().ping()
+
+def test_make_run_stops_every_process_on_sigterm(stack_state_dir, tmp_path):
+    stack = Stack(stack_state_dir, tmp_path / "stack.log")
+    children: set[int] = set()
+    try:
+        stack.wait_serving()
+        children = stack.children()
+    finally:
+        stack.stop(signal.SIGTERM)
+    stack.assert_stopped_cleanly(children, signal.SIGTERM)
 
 
 def answers_tcp(port: int) -> bool:

@@ -266,6 +266,9 @@ SECKILL_AUTO_WARMUP_LEAD = env.int("SECKILL_AUTO_WARMUP_LEAD", default=300)
 SECKILL_RATE_PER_USER = env("SECKILL_RATE_PER_USER", default="10/s")
 SECKILL_RATE_PER_IP = env("SECKILL_RATE_PER_IP", default="off")
 RATELIMIT_USE_CACHE = "default"
+# The limiter's Redis away (the cache ignores the error and counts nothing): let requests
+# on, as seckill.gates does for other Redis errors, rather than 429 every shopper.
+RATELIMIT_FAIL_OPEN = True
 # The header a trusted proxy or CDN writes the client address into (e.g. X-Forwarded-For),
 # and how many trusted proxies append to it; unset: the socket address is the client.
 SECKILL_TRUSTED_PROXY_HEADER = env("SECKILL_TRUSTED_PROXY_HEADER", default="")
@@ -287,6 +290,9 @@ SECKILL_BLACKLIST_CACHE_TTL = env.float("SECKILL_BLACKLIST_CACHE_TTL", default=2
 SECKILL_BLACKLIST_REDIS_TTL = env.float("SECKILL_BLACKLIST_REDIS_TTL", default=60.0)
 SECKILL_SHOPPER_CACHE_TTL = env.int("SECKILL_SHOPPER_CACHE_TTL", default=60)
 SECKILL_CAPTCHA_TTL = env.int("SECKILL_CAPTCHA_TTL", default=120)
+# Seconds a web process remembers a token's (or session's) user: no query per request,
+# and a shopper it knows keeps buying through Redis while the database is away.
+SECKILL_TOKEN_CACHE_TTL = env.float("SECKILL_TOKEN_CACHE_TTL", default=30.0)
 
 # The activity page: shared caches (a CDN) may keep it this long; browsers a little.
 SECKILL_PAGE_MAX_AGE = env.int("SECKILL_PAGE_MAX_AGE", default=30)
@@ -310,6 +316,10 @@ SECKILL_FALLBACK_CONCURRENCY = env.int("SECKILL_FALLBACK_CONCURRENCY", default=4
 # the display total pages show.
 SECKILL_USER_PARTITIONS = env.int("SECKILL_USER_PARTITIONS", default=16)
 SECKILL_DISPLAY_INTERVAL = env.float("SECKILL_DISPLAY_INTERVAL", default=2.0)
+# Seconds after which a sharded purchase's pending claim (claimed, shard step not settled)
+# counts as left behind by a Redis error: the shopper's next purchase and reconciliation
+# settle it. Well above the Redis socket timeout, so a purchase in flight is never touched.
+SECKILL_CLAIM_PENDING_TIMEOUT = env.float("SECKILL_CLAIM_PENDING_TIMEOUT", default=10.0)
 
 # Logs: every line carries the request id; DJANGO_LOG_FORMAT=json for one JSON object per line.
 LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")

@@ -12,7 +12,7 @@ from seckill.redis_client import stock_redis
 
 from ..factories import make_activity, make_users
 from ..helpers import start_celery_worker, start_gunicorn, subprocess_env
-from ..seckill.test_purchase_concurrency import _assert_settled, _hammer
+from ..seckill.test_purchase_concurrency import _assert_settled, _hammer, _sell_100_units_to_1000_shoppers
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -38,12 +38,7 @@ def test_activities_spread_over_the_cluster_nodes(on_cluster):
 
 
 def test_1000_shoppers_100_units_on_the_cluster(cluster_stack):
-    activity = make_activity(stock=100)
-    users = make_users(1000)
-    statuses = _hammer(cluster_stack, activity, users, [1] * 1000)
-    assert statuses.count(202) == 100, sorted(set(statuses))
-    assert statuses.count(410) == 900
-    _assert_settled(activity, 100)
+    _sell_100_units_to_1000_shoppers(cluster_stack)
 
 
 def test_mixed_quantities_on_the_cluster(cluster_stack):

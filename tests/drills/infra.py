@@ -4,11 +4,9 @@ invariants every drill ends with."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import threading
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from inventory.models import StockMovement
 from orders.models import AnomalyOrder, Order
 from seckill.reconciliation import reconcile
 
-from ..helpers import BIN, Process, wait_until
+from ..helpers import BIN, Process, purchase, wait_until
 
 
 def redis_server_binary() -> str:
@@ -177,24 +175,16 @@ def start_celery_beat(log_dir: Path, *, env: dict) -> Process:
 # --- shoppers --------------------------------------------------------------------------
 
 
-def purchase(base: str, activity_id: int, key: str, token: str) -> tuple[int, str]:
-    request = urllib.request.Request(
-        f"{base}/api/activities/{activity_id}/purchase",
-        data=json.dumps({"token": token, "quantity": 1}).encode(),
-        headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())["code"]
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read()).get("code", "")
+def purchase_answer(base: str, activity_id: int, key: str, token: str) -> tuple[int, str]:
+    """One purchase as the drills' answer book records it: (status, code)."""
+    status, body, _ = purchase(base, activity_id, key, token)
+    return status, body["code"]
 
 
 def crowd(base: str, activity_id: int, token: str, users: list, keys: dict) -> dict[int, tuple[int, str]]:
     """Every user buys once, concurrently; returns user id -> (status, code)."""
     with ThreadPoolExecutor(max_workers=32) as pool:
-        answers = pool.map(lambda u: purchase(base, activity_id, keys[u.pk], token), users)
+        answers = pool.map(lambda u: purchase_answer(base, activity_id, keys[u.pk], token), users)
         return {u.pk: a for u, a in zip(users, answers, strict=True)}
 
 

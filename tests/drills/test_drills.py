@@ -28,7 +28,7 @@ from .infra import (
     TcpProxy,
     assert_nothing_lost_nothing_doubled,
     crowd,
-    purchase,
+    purchase_answer,
     start_celery_beat,
     units_ordered,
 )
@@ -73,6 +73,20 @@ def _sale(stock: int, shoppers: int):
     return activity, users, keys, activity_token_ensure(activity_id=activity.pk)
 
 
+def _crowds_around_a_fault(base, activity, users, keys, token, *, fault, repair, what: str) -> dict:
+    """Ten shoppers buy before the fault, fifteen while it lasts (each one queued: the
+    reservation log holds them), the rest once it is repaired and the orders made during
+    it have appeared. Returns every shopper's (status, code)."""
+    answers = crowd(base, activity.pk, token, users[:10], keys)
+    wait_until(lambda: units_ordered(activity) == 10, timeout=120, what="orders before the fault")
+    fault()
+    during = crowd(base, activity.pk, token, users[10:25], keys)
+    assert set(during.values()) == {(202, "queued")}, during
+    repair()
+    wait_until(lambda: units_ordered(activity) == 25, timeout=120, what=f"the orders once {what} is back")
+    return answers | during | crowd(base, activity.pk, token, users[25:], keys)
+
+
 def test_broker_down_purchases_succeed_and_orders_appear_when_it_returns(stack, process_logs):
     broker = stack.keep(RedisServer(free_port(), process_logs, name="broker").start())
     env = subprocess_env(CELERY_BROKER_URL=broker.url, **FAST_BEAT)
@@ -84,17 +98,9 @@ def test_broker_down_purchases_succeed_and_orders_appear_when_it_returns(stack, 
     stack.beat(env)
     activity, users, keys, token = _sale(stock=30, shoppers=60)
 
-    answers = crowd(base, activity.pk, token, users[:10], keys)
-    wait_until(lambda: units_ordered(activity) == 10, timeout=120, what="orders before the fault")
-
-    broker.kill()
-    during = crowd(base, activity.pk, token, users[10:25], keys)
-    assert {a for a in during.values()} == {(202, "queued")}, during
-    answers |= during
-
-    broker.start()
-    wait_until(lambda: units_ordered(activity) == 25, timeout=120, what="the orders once the broker is back")
-    answers |= crowd(base, activity.pk, token, users[25:], keys)
+    answers = _crowds_around_a_fault(
+        base, activity, users, keys, token, fault=broker.kill, repair=broker.start, what="the broker"
+    )
     assert sum(1 for s, _ in answers.values() if s == 202) == 30
     assert {c for s, c in answers.values() if s != 202} == {"sold_out"}
     assert_nothing_lost_nothing_doubled(activity, answers)
@@ -111,17 +117,9 @@ def test_database_down_for_the_worker_orders_appear_when_it_returns(stack, proce
     stack.beat(worker_env)
     activity, users, keys, token = _sale(stock=30, shoppers=60)
 
-    answers = crowd(base, activity.pk, token, users[:10], keys)
-    wait_until(lambda: units_ordered(activity) == 10, timeout=120, what="orders before the fault")
-
-    proxy.cut()
-    during = crowd(base, activity.pk, token, users[10:25], keys)
-    assert {a for a in during.values()} == {(202, "queued")}, during
-    answers |= during
-
-    proxy.restore()
-    wait_until(lambda: units_ordered(activity) == 25, timeout=120, what="the orders once the database is back")
-    answers |= crowd(base, activity.pk, token, users[25:], keys)
+    answers = _crowds_around_a_fault(
+        base, activity, users, keys, token, fault=proxy.cut, repair=proxy.restore, what="the database"
+    )
     assert sum(1 for s, _ in answers.values() if s == 202) == 30
     assert_nothing_lost_nothing_doubled(activity, answers)
 
@@ -208,7 +206,7 @@ def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_c
         answers = dict(answers)
         for user_id, answer in answers.items():
             while answer == (503, "busy"):  # the shopper clicks again
-                answer = answers[user_id] = purchase(base, activity.pk, keys[user_id], token)
+                answer = answers[user_id] = purchase_answer(base, activity.pk, keys[user_id], token)
         return answers
 
     answers = crowd(base, activity.pk, token, users[:10], keys)
@@ -222,7 +220,7 @@ def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_c
     during = until_answered(first_try)
     assert set(during.values()) == {(202, "queued")}
     assert units_ordered(activity) == 30, "the database path writes the order at once"
-    assert purchase(base, activity.pk, keys[users[0].pk], token) == (409, "duplicate")
+    assert purchase_answer(base, activity.pk, keys[users[0].pk], token) == (409, "duplicate")
     answers |= during
     with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:
         metrics = {

@@ -11,8 +11,8 @@ from seckill.selectors import redis_remaining
 from seckill.services import activity_token_ensure
 
 from ..factories import make_activity, make_users
-from ..helpers import start_gunicorn, subprocess_env, wait_until
-from .support import concurrently, keys_of, purchase
+from ..helpers import purchase, start_gunicorn, subprocess_env, wait_until
+from .support import concurrently, keys_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -7,8 +7,8 @@ for the lost enqueue.
 
 import json
 import random
+import re
 import threading
-import urllib.request
 from datetime import timedelta
 from decimal import Decimal
 
@@ -30,12 +30,20 @@ from seckill.reconciliation import reconcile
 from seckill.redis_client import stock_redis
 from seckill.reservations import reservations_pending
 from seckill.scripts import LogEntry, ScriptCode, run_purchase
-from seckill.selectors import purchase_result, redis_remaining
-from seckill.services import activity_token_ensure, reservations_replay
-from seckill.tasks import reservations_replay_task
+from seckill.selectors import activity_snapshot, purchase_result, redis_remaining
+from seckill.services import activity_token_ensure, purchase_reserve, reservations_replay
+from seckill.tasks import reservations_drain_task, reservations_replay_task
 
 from ..factories import make_activity, make_users, token_of
-from ..helpers import free_port, start_celery_worker, start_gunicorn, subprocess_env, wait_until, waiting_on_a_lock
+from ..helpers import (
+    free_port,
+    purchase,
+    start_celery_worker,
+    start_gunicorn,
+    subprocess_env,
+    wait_until,
+    waiting_on_a_lock,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,8 +65,10 @@ def task_args(activity, entry: LogEntry) -> list:
 def assert_exactly_once(activity, entries: list[LogEntry]) -> None:
     """One order and one ledger deduction per reservation; both identities hold."""
     orders = Order.objects.filter(activity=activity)
-    by_reservation = dict(orders.values_list("reservation_id").annotate(n=Count("id")))
-    assert by_reservation == {e.reservation_id: 1 for e in entries}
+    # A log id is unique within its shard's log only (S > 1).
+    per_reservation = orders.values_list("shard", "reservation_id").annotate(n=Count("id"))
+    by_reservation = {(shard, rid): n for shard, rid, n in per_reservation}
+    assert by_reservation == {(e.shard, e.reservation_id): 1 for e in entries}
     assert not orders.values("user").annotate(n=Count("id")).filter(n__gt=1).exists()
     units = sum(e.quantity for e in entries)
     deducts = StockMovement.objects.filter(activity=activity, kind="deduct")
@@ -67,7 +77,7 @@ def assert_exactly_once(activity, entries: list[LogEntry]) -> None:
     assert deducts.aggregate(u=Sum("quantity"))["u"] == units
     stock = SeckillStock.objects.get(activity=activity)
     assert stock.available == stock.total - units
-    assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
+    assert not any(stock_redis().xlen(k.log) for k in ActivityKeys(activity.pk).shards(activity.shards))
     assert not AnomalyOrder.objects.filter(activity=activity).exists()
     report = reconcile(activity_id=activity.pk)
     assert report["identity_ok"], report
@@ -144,6 +154,100 @@ def test_two_real_messages_for_each_reservation_make_one_order(celery_worker):
     )
     assert_exactly_once(activity, entries)
     assert redis_remaining(activity.pk) == 0
+
+
+# --- the drain task (what production sends: one per burst) delivered twice ---------------
+
+
+def reserve_many(activity, users, rng: random.Random) -> list[LogEntry]:
+    """Reservations through the purchase service (every shard's script when S > 1), as
+    the web process makes them; the log is read back for the entries."""
+    snapshot = activity_snapshot(activity.pk)
+    for user in users:
+        purchase_reserve(activity=snapshot, user_id=user.pk, quantity=rng.randint(1, activity.per_user_limit))
+    return reservations_pending(activity_id=activity.pk, count=len(users) + 1)
+
+
+def assert_drained(activity, entries: list[LogEntry]) -> None:
+    assert_exactly_once(activity, entries)
+    flags = [k.drain for k in ActivityKeys(activity.pk).shards(activity.shards)]
+    assert not stock_redis().exists(*flags), "the drain flag was left set"
+    assert redis_remaining(activity.pk) == activity.total_stock - sum(e.quantity for e in entries)
+
+
+def test_drain_task_delivered_twice_in_a_row_creates_one_order_each():
+    activity = make_activity(stock=40, per_user_limit=2)
+    entries = reserve_many(activity, make_users(15), random.Random(3))
+    first = reservations_drain_task.apply(args=[activity.pk], throw=True).get()
+    second = reservations_drain_task.apply(args=[activity.pk], throw=True).get()
+    assert first["created"] == len(entries) and second["created"] == 0
+    assert_drained(activity, entries)
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_drain_task_delivered_twice_concurrently_creates_one_order_each(settings, shards):
+    # Small batches: the two deliveries interleave over many transactions on the same log.
+    settings.SECKILL_ORDER_BATCH_SIZE = 3
+    activity = make_activity(stock=300, per_user_limit=2, shards=shards)
+    entries = reserve_many(activity, make_users(120), random.Random(11))
+    assert len(entries) == 120
+    barrier = threading.Barrier(2)
+    outcomes, errors = [], []
+
+    def deliver():
+        try:
+            barrier.wait(timeout=60)
+            outcomes.append(reservations_drain_task.apply(args=[activity.pk], throw=True).get())
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deliver) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not errors, errors
+    assert len(outcomes) == 2
+    # Between them the two deliveries made each order once (whichever got there first).
+    assert sum(o["created"] for o in outcomes) == len(entries), outcomes
+    assert sum(o["released"] for o in outcomes) == 0, outcomes
+    assert_drained(activity, entries)
+
+
+@pytest.mark.slow
+def test_drain_task_delivered_twice_to_two_real_workers_at_once(process_logs):
+    activity = make_activity(stock=200)
+    entries = [reserve(activity, user) for user in make_users(200)]  # no message sent yet
+    # One task at a time per worker and no prefetching: the second message cannot wait
+    # behind the first in one worker, it goes to the other.
+    options = ("--prefetch-multiplier", "1")
+    workers = [
+        start_celery_worker(process_logs, name=name, concurrency=1, options=options) for name in ("drain-a", "drain-b")
+    ]
+    db = connection.settings_dict
+    dsn = f"host={db['HOST']} port={db['PORT']} user={db['USER']} dbname={db['NAME']}"
+    try:
+        with psycopg.connect(dsn) as blocker:
+            # Hold the stock row: the first delivery stops inside its first order
+            # transaction; the second, reading the same log entries, waits on the first's
+            # uncommitted orders. Both are then mid-drain when the row is let go.
+            blocker.execute("SELECT 1 FROM inventory_seckillstock WHERE activity_id = %s FOR UPDATE", [activity.pk])
+            reservations_drain_task.apply_async(args=[activity.pk])
+            wait_until(lambda: waiting_on_a_lock() >= 1, timeout=120, what="the first delivery to block")
+            reservations_drain_task.apply_async(args=[activity.pk])
+            wait_until(lambda: waiting_on_a_lock() >= 2, timeout=120, what="the second delivery to block")
+            blocker.rollback()
+        wait_until(
+            lambda: all(re.search(r"reservations_drain_task\[[^]]+\] succeeded", w.log()) for w in workers),
+            timeout=120,
+            what="both workers to finish their delivery",
+        )
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert_drained(activity, entries)
 
 
 # --- the database guard and the constraint say no -------------------------------------------
@@ -274,20 +378,6 @@ def test_reservations_of_a_missing_activity_are_neither_ordered_nor_released():
 # --- lost enqueue, killed worker, poison ---------------------------------------------------
 
 
-def _post_purchase(base: str, activity_id: int, key: str, token: str) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        f"{base}/api/activities/{activity_id}/purchase",
-        data=json.dumps({"token": token}).encode(),
-        headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 @pytest.mark.slow
 def test_lost_enqueue_is_repaired_by_the_replay_after_the_grace(process_logs, settings):
     activity = make_activity(stock=5)
@@ -297,7 +387,7 @@ def test_lost_enqueue_is_repaired_by_the_replay_after_the_grace(process_logs, se
     dead_broker = f"redis://127.0.0.1:{free_port()}/0"
     server, base = start_gunicorn(process_logs, workers=1, threads=4, env=subprocess_env(CELERY_BROKER_URL=dead_broker))
     try:
-        answers = [_post_purchase(base, activity.pk, token_of(u), token) for u in users]
+        answers = [purchase(base, activity.pk, token_of(u), token)[:2] for u in users]
     finally:
         server.stop()
     assert [status for status, _ in answers] == [202, 202, 202], answers

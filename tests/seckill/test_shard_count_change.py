@@ -1,0 +1,154 @@
+"""Changing an activity's shard count (Activity.shards): allowed until a minute before the
+start while no order exists, and then the stock is laid out again in Redis from the
+database, with no unit left in a key the purchase no longer reads; refused afterwards,
+in the service and in the admin alike."""
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from seckill.keys import ActivityKeys
+from seckill.models import Activity
+from seckill.redis_client import stock_redis
+from seckill.scripts import ScriptCode
+from seckill.selectors import activity_snapshot_forget, redis_remaining
+from seckill.services import ActivityChangeRefused, activity_save
+
+from ..factories import make_activity, make_users
+from .test_admin import form_data, merchant  # noqa: F401 (fixture)
+from .test_sharded_stock import assert_identity, reserve, shard_stocks
+
+
+def stock_keys_left(activity_id: int, shards: int) -> list[str]:
+    """Keys of a layout of ``shards`` shards that still exist (S > 1: partitions too)."""
+    keys = ActivityKeys(activity_id)
+    parts = keys.shards(shards)
+    if shards > 1:
+        parts += [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)]
+    client = stock_redis()
+    return [name for part in parts for name in (part.stock, part.loaded, part.users) if client.exists(name)]
+
+
+def open_sale(activity) -> None:
+    """The start arrives (the test cannot wait a minute)."""
+    Activity.objects.filter(pk=activity.pk).update(start_at=timezone.now() - timedelta(seconds=1))
+    activity_snapshot_forget(activity.pk)
+    activity.refresh_from_db()
+
+
+def sell_out(activity, users) -> list[int]:
+    return [reserve(activity, u.pk).code for u in users]
+
+
+@pytest.mark.django_db(transaction=True)  # the stock is laid out again on commit
+def test_8_to_1_shard_before_the_start_moves_every_unit_to_the_single_key():
+    activity = make_activity(stock=40, started=False, shards=8)
+    assert shard_stocks(activity) == [5] * 8
+    activity.shards = 1
+
+    activity_save(activity=activity)
+
+    activity.refresh_from_db()
+    assert activity.status == Activity.Status.WARMED
+    assert shard_stocks(activity) == [40]
+    assert stock_keys_left(activity.pk, 8) == [ActivityKeys(activity.pk).stock, ActivityKeys(activity.pk).loaded]
+    assert redis_remaining(activity.pk) == 40
+    open_sale(activity)
+    codes = sell_out(activity, make_users(41))
+    assert codes == [ScriptCode.RESERVED] * 40 + [ScriptCode.SOLD_OUT]
+    assert_identity(activity)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_1_to_8_shards_before_the_start_warms_every_new_shard():
+    activity = make_activity(stock=16, started=False)
+    activity.shards = 8
+
+    activity_save(activity=activity)
+
+    activity.refresh_from_db()
+    assert activity.status == Activity.Status.WARMED
+    assert shard_stocks(activity) == [2] * 8
+    assert redis_remaining(activity.pk) == 16
+    open_sale(activity)
+    codes = sell_out(activity, make_users(16))
+    # Never "not warmed"; the known limit of three tries may leave a unit for later buyers.
+    assert ScriptCode.NOT_WARMED not in codes
+    assert sum(shard_stocks(activity)) == 16 - codes.count(ScriptCode.RESERVED)
+    assert_identity(activity)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("start_in", [timedelta(seconds=-5), timedelta(seconds=30)], ids=["started", "too_close"])
+def test_the_service_refuses_a_shard_change_once_the_sale_is_about_to_start(start_in):
+    activity = make_activity(stock=16, shards=8, start_at=timezone.now() + start_in)
+    assert shard_stocks(activity) == [2] * 8
+    activity.shards = 1
+    activity.title = "Renamed"
+
+    with pytest.raises(ActivityChangeRefused, match="shard count stays 8"):
+        activity_save(activity=activity)
+
+    stored = Activity.objects.get(pk=activity.pk)
+    assert (stored.shards, stored.title) == (8, "Test sale")  # nothing saved
+    assert shard_stocks(stored) == [2] * 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_service_refuses_to_move_the_start_close_with_a_shard_change():
+    activity = make_activity(stock=16, started=False, shards=8)
+    activity.shards = 2
+    activity.start_at = timezone.now() + timedelta(seconds=10)
+    with pytest.raises(ActivityChangeRefused):
+        activity_save(activity=activity)
+    assert Activity.objects.get(pk=activity.pk).shards == 8
+
+
+def change_form(activity, **overrides) -> dict:
+    return form_data(
+        title=activity.title,
+        product=activity.product_id,
+        total_stock=str(activity.total_stock),
+        safety_stock=str(activity.safety_stock),
+        per_user_limit=str(activity.per_user_limit),
+        **{"stock-TOTAL_FORMS": "1", "stock-INITIAL_FORMS": "1", "stock-0-id": activity.stock.pk},
+        **{"stock-0-activity": activity.pk},
+        **overrides,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_changes_the_shards_of_a_warmed_upcoming_sale_and_rewarms_it(merchant):  # noqa: F811
+    activity = make_activity(stock=40, started=False, shards=8)
+    url = f"/admin/seckill/activity/{activity.pk}/change/"
+    page = merchant.get(url).content.decode()
+    assert 'name="shards"' in page and "seconds before the start" in page
+
+    response = merchant.post(url, change_form(activity, shards="1"), follow=True)
+
+    assert response.status_code == 200
+    assert any("warmed again over 1 shard" in str(m) for m in response.context["messages"])
+    activity.refresh_from_db()
+    assert (activity.shards, activity.status) == (1, Activity.Status.WARMED)
+    assert shard_stocks(activity) == [40]
+    assert stock_keys_left(activity.pk, 8) == [ActivityKeys(activity.pk).stock, ActivityKeys(activity.pk).loaded]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_shows_the_shards_read_only_once_the_start_is_near(merchant):  # noqa: F811
+    near = make_activity(stock=16, shards=8, start_at=timezone.now() + timedelta(seconds=30))
+    url = f"/admin/seckill/activity/{near.pk}/change/"
+    page = merchant.get(url).content.decode()
+    assert 'name="shards"' not in page and 'name="total_stock"' in page
+
+    # A posted shard count is ignored: the field is read-only on the server too.
+    response = merchant.post(url, change_form(near, shards="1"))
+    assert response.status_code == 302
+    near.refresh_from_db()
+    assert near.shards == 8 and shard_stocks(near) == [2] * 8
+
+    live = make_activity(stock=16, shards=8)
+    page = merchant.get(f"/admin/seckill/activity/{live.pk}/change/").content.decode()
+    assert 'name="shards"' not in page
