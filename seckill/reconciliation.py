@@ -76,12 +76,6 @@ REPORT_CONTRACT_KEYS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class _RedisState:
-    snapshot: RedisSnapshot
-    returned_count: int
-
-
 @dataclass
 class Measurement:
     """One consistent look at both sides and what is in each bucket."""
@@ -136,16 +130,9 @@ class Measurement:
         return [e for e in self.unordered if e.timestamp_ms < cutoff_ms]
 
 
-def _redis_state(client: redis.Redis, keys: ActivityKeys, shards: int) -> _RedisState:
-    """Sharded stock (S > 1): the sums over the shards, each shard read atomically; the
-    bracketing in reconciliation_measure makes the whole consistent."""
-    returned = sum(int(client.scard(k.returned)) for k in keys.shards(shards))
-    return _RedisState(run_snapshot(client, keys, shards=shards), returned)
-
-
-def _db_figures(activity_id: int, redis_state: _RedisState) -> dict:
+def _db_figures(activity_id: int, snapshot: RedisSnapshot) -> dict:
     """Every database figure from one REPEATABLE READ transaction: one moment in time."""
-    log_ids = [e.reservation_id for e in redis_state.snapshot.log]
+    log_ids = [e.reservation_id for e in snapshot.log]
     fresh = not connection.in_atomic_block
     with transaction.atomic():
         if fresh:
@@ -172,7 +159,7 @@ def _db_figures(activity_id: int, redis_state: _RedisState) -> dict:
         # The ``returned`` set names exactly the cancelled orders whose units are in the
         # Redis stock (a warm-up derives the stock without the others and then returns
         # them), so the lookup is needed only when the set lacks some cancelled orders.
-        maybe_missing = redis_state.returned_count != sums["cancelled_orders"]
+        maybe_missing = snapshot.returned != sums["cancelled_orders"]
         cancelled = orders.filter(status=Order.Status.CANCELLED)
         cancelled_maybe_not_returned = (
             list(cancelled.only("pk", "activity_id", "order_no", "user_id", "quantity", "reservation_id", "shard"))
@@ -212,21 +199,23 @@ def _not_returned(client: redis.Redis, keys: ActivityKeys, db: dict) -> list[Ord
 def reconciliation_measure(*, activity_id: int) -> Measurement:
     """Redis, then the database, then Redis again; equal Redis reads bracket a
     consistent database read (orders are committed before their log entry goes, and a
-    cancel commits before its units return)."""
+    cancel commits before its units return). Each shard's read is one step: a return
+    moves its stock and its ``returned`` set together, so none falls between the two.
+    Sharded stock (S > 1): the sums over the shards, each shard read atomically; the
+    bracketing makes the whole consistent."""
     client, keys, shards = stock_redis(), ActivityKeys(activity_id), activity_shards(activity_id)
-    before = _redis_state(client, keys, shards)
+    before = run_snapshot(client, keys, shards=shards)
     consistent = False
     for _ in range(_SNAPSHOT_TRIES):
         db = _db_figures(activity_id, before)
         not_returned = _not_returned(client, keys, db)
-        after = _redis_state(client, keys, shards)
-        if after == before:
+        snapshot = run_snapshot(client, keys, shards=shards)
+        if snapshot == before:
             consistent = True
             break
-        before = after
+        before = snapshot
     else:
         logger.info("reconcile: activity %s kept moving; using the last snapshot", activity_id)
-    snapshot = after.snapshot
     return Measurement(
         redis=snapshot,
         db=db,

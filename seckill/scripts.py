@@ -231,6 +231,8 @@ class RedisSnapshot:
     log: tuple[LogEntry, ...]
     # S > 1: each shard's stock (``stock`` is their sum); () for a single key.
     shard_stocks: tuple[int | None, ...] = ()
+    # The size of the ``returned`` set(s): cancelled orders whose units are in the stock.
+    returned: int = 0
 
     @property
     def warmed(self) -> bool:
@@ -252,13 +254,17 @@ def run_snapshot(client: redis.Redis, keys: ActivityKeys, *, shards: int = 1) ->
             loaded=None if None in loads else sum(loads),
             log=tuple(e for p in parts for e in p.log),
             shard_stocks=tuple(stocks),
+            returned=sum(p.returned for p in parts),
         )
     with script_timer("snapshot"):
-        stock, loaded, entries = SNAPSHOT(keys=[keys.stock, keys.loaded, keys.log], client=client)
+        stock, loaded, entries, returned = SNAPSHOT(
+            keys=[keys.stock, keys.loaded, keys.log, keys.returned], client=client
+        )
     return RedisSnapshot(
         stock=int(stock) if stock is not None else None,
         loaded=int(loaded) if loaded is not None else None,
         log=tuple(parse_log_entry(eid, fields) for eid, fields in entries),
+        returned=int(returned),
     )
 
 

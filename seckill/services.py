@@ -200,7 +200,10 @@ class WarmupError(Exception):
     pass
 
 
-_WARMUP_TRIES = 5
+# How long a warm-up keeps taking pictures while the sale moves them (a picture is only
+# used when consistent), and, once it wrote records, again for the one that corrects
+# them. Well below the lifecycle lock's wait (30 s), so a close waiting for it still runs.
+_WARMUP_SECONDS = 10
 # Longer than any warm-up or close takes; a holder that dies frees it after this.
 _LIFECYCLE_LOCK_TIMEOUT = 300
 
@@ -274,9 +277,18 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
 
     written_records: dict[int, str] = {}  # the participant records this warm-up wrote
     written = False
-    for _ in range(_WARMUP_TRIES):
+    rounds_written = 0  # rounds that wrote records (those with a consistent picture)
+    deadline = time.monotonic() + _WARMUP_SECONDS
+    while time.monotonic() < deadline:
         # Redis and the database read as one consistent picture (the reconciliation's).
+        # A picture whose Redis moved during the database read mixes two moments (an
+        # order committed after the read but acknowledged before the log read is in no
+        # term; a cancel returned likewise is in the stock but not in database available):
+        # it may serve a report, never a write. The round is lost, nothing is written.
         picture = reconciliation_measure(activity_id=activity_id)
+        if not picture.consistent:
+            continue
+        rounds_written += 1
         db = picture.db
         if db["db_total"] != activity.total_stock:
             raise WarmupError(
@@ -331,10 +343,19 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
         if written:
             break
 
-    after = reconciliation_measure(activity_id=activity_id)
+    if not rounds_written:
+        raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
     # A picture taken after every write: a record written from an older picture whose
     # shopper cancelled, was released or bought again since is corrected, winning round
-    # or not, so a re-warm leaves nobody blocked who may buy again.
+    # or not, so a re-warm leaves nobody blocked who may buy again. Consistent too: a
+    # mixed one can miss a shopper whose reservation became an order in between, and the
+    # correction would free someone who holds a live order.
+    after = _consistent_picture(activity_id)
+    if after is None:
+        # Cancelled orders the derivation left out stay for reconciliation to return.
+        raise WarmupError(
+            f"activity {activity_id}: the stock kept changing; the participants written may be stale, re-warm again"
+        )
     now_participants = _participants(activity_id=activity_id, picture=after, shards=shards)
     _participants_correct(client, keys, written_records, now_participants, shards=shards)
     if not written:
@@ -373,6 +394,18 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
         unordered_units=unordered_units,
         participants=len(participants),
     )
+
+
+def _consistent_picture(activity_id: int):
+    """A consistent picture, or None if none came within ``_WARMUP_SECONDS``."""
+    from .reconciliation import reconciliation_measure
+
+    deadline = time.monotonic() + _WARMUP_SECONDS
+    while time.monotonic() < deadline:
+        picture = reconciliation_measure(activity_id=activity_id)
+        if picture.consistent:
+            return picture
+    return None
 
 
 def _participants(*, activity_id: int, picture, shards: int) -> dict[int, str]:
