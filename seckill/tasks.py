@@ -142,7 +142,19 @@ def activity_close_task(self, activity_id: int) -> dict:
 @shared_task
 def reconcile_live_task() -> dict:
     """Reconcile every live activity (beat, every SECKILL_RECONCILE_INTERVAL seconds);
-    the final run of an activity happens when it is closed (activity_close)."""
+    the final run of an activity happens when it is closed (activity_close).
+
+    First, the stock of activities the database path sold from is re-derived if Redis has
+    not been (``stock_resync``: a count and a GET per live activity when nothing is due).
+    A web process re-synchronises when its breaker's probe runs, but only a purchase runs
+    the probe: when the outage's last purchases sold the rest from the database, or
+    another process's breaker was still open, nothing else would."""
+    from .fallback import stock_resync
+
+    try:
+        stock_resync()
+    except (redis.RedisError, WarmupError) as exc:
+        logger.warning("re-synchronisation after database-path sales not done, the next run retries: %s", exc)
     results = {}
     for activity_id in live_activities().filter(status=Activity.Status.WARMED).values_list("pk", flat=True):
         try:

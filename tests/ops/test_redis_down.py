@@ -17,7 +17,7 @@ from seckill.errors import ApiError
 from seckill.reconciliation import reconcile
 from seckill.redis_client import reset_stock_redis
 from seckill.selectors import activity_snapshot, redis_remaining
-from seckill.services import purchase_reserve
+from seckill.services import purchase_reserve, reservations_drain
 
 from ..factories import make_activity, make_users
 from ..helpers import free_port, wait_until, waiting_on_a_lock
@@ -178,3 +178,34 @@ def test_the_probe_waits_for_database_path_purchases_in_flight_before_resynchron
     assert _reserve(activity.pk, users[1].pk) == "duplicate", "the database-path buyer in flight is a participant"
     report = reconcile(activity_id=activity.pk)
     assert report["identity_ok"], report
+
+
+@pytest.mark.django_db(transaction=True)
+def test_beat_resynchronises_when_no_purchase_comes_after_the_outage(redis_unreachable, settings):
+    """The outage's last purchases sold the rest from the database and nobody buys again,
+    so no probe runs: the reconciliation task (beat) re-derives the stock itself, and its
+    check then finds the identities intact (no drift anomaly)."""
+    from orders.models import AnomalyOrder
+    from seckill.tasks import reconcile_live_task
+
+    settings.SECKILL_BREAKER_FAILURES = 1
+    settings.SECKILL_BREAKER_RESET = 3600  # the web side never probes in this test
+    cut, restore = redis_unreachable
+    activity = make_activity(stock=6)
+    users = make_users(7)
+    assert type(_reserve(activity.pk, users[0].pk)).__name__ == "Reserved"  # through Redis
+    reservations_drain(activity_id=activity.pk)  # its order
+    cut()
+    for user in users[1:6]:
+        assert type(_reserve(activity.pk, user.pk)).__name__ == "Reserved"  # database path
+    assert _reserve(activity.pk, users[6].pk) == "sold_out"  # the database has nothing left
+    restore()
+    assert redis_remaining(activity.pk) == 5, "Redis kept its pre-outage stock"
+
+    reconcile_live_task()
+
+    assert redis_remaining(activity.pk) == 0
+    assert not AnomalyOrder.objects.filter(activity=activity).exists()
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"], report
+    assert reconcile_live_task() == {activity.pk: True}  # nothing due the second time
