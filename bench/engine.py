@@ -11,13 +11,16 @@ from django import db
 
 from seckill.keys import ActivityKeys
 from seckill.redis_client import reset_stock_redis, stock_redis
-from seckill.scripts import ScriptCode, run_purchase
+from seckill.scripts import PURCHASE, ScriptCode, purchase_script_call, run_purchase
 from seckill.selectors import activity_snapshot_load
 
 from .naive import naive_purchase
 
 
-def _lua_client(activity_id: int, index: int, start: float, end: float, out) -> None:
+def _lua_client(activity_id: int, index: int, start: float, end: float, out, depth: int = 1) -> None:
+    """depth 1: one script call per round trip, as a web request makes it; depth > 1:
+    that many calls per round trip (a pipeline; each call still one atomic script), so
+    that the Python client is not what is measured."""
     reset_stock_redis()  # a fresh connection in this process
     client, keys = stock_redis(), ActivityKeys(activity_id)
     user = 100_000_000 * (index + 1)  # ids no shopper has: the script does not care
@@ -25,11 +28,17 @@ def _lua_client(activity_id: int, index: int, start: float, end: float, out) -> 
     while time.time() < start:
         time.sleep(0.001)
     while time.time() < end:
-        reply = run_purchase(client, keys, user_id=user + done + failed, quantity=1, limit=1)
-        if reply.code == ScriptCode.RESERVED:
-            done += 1
+        if depth == 1:
+            codes = [run_purchase(client, keys, user_id=user + done + failed, quantity=1, limit=1).code]
         else:
-            failed += 1
+            pipe = client.pipeline(transaction=False)
+            for j in range(depth):
+                PURCHASE(
+                    **purchase_script_call(keys, user_id=user + done + failed + j, quantity=1, limit=1), client=pipe
+                )
+            codes = [int(reply[0]) for reply in pipe.execute()]
+        reserved = sum(1 for code in codes if code == ScriptCode.RESERVED)
+        done, failed = done + reserved, failed + len(codes) - reserved
     out.put((done, failed, time.time()))
 
 
@@ -52,8 +61,11 @@ def _db_client(activity_id: int, user_ids: list[int], start: float, end: float, 
     out.put((done, failed, time.time()))
 
 
-def engine_run(*, kind: str, activity_id: int, processes: int, seconds: float, user_ids: list[int]) -> dict:
-    """kind "lua" or "db"; returns ops, failures and ops per second."""
+def engine_run(
+    *, kind: str, activity_id: int, processes: int, seconds: float, user_ids: list[int], depth: int = 1
+) -> dict:
+    """kind "lua" (``depth`` script calls per round trip) or "db"; returns ops, failures
+    and ops per second."""
     db.connections.close_all()  # children must not share the parent's connection
     ctx = mp.get_context("fork")
     out = ctx.Queue()
@@ -62,7 +74,7 @@ def engine_run(*, kind: str, activity_id: int, processes: int, seconds: float, u
     procs = []
     for i in range(processes):
         if kind == "lua":
-            args = (activity_id, i, start, end, out)
+            args = (activity_id, i, start, end, out, depth)
             target = _lua_client
         else:
             args = (activity_id, user_ids[i::processes], start, end, out)

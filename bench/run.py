@@ -47,6 +47,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--flood-stock", type=int, default=1_000)
     parser.add_argument("--engine-processes", type=int, default=4)
     parser.add_argument("--engine-seconds", type=float, default=5)
+    parser.add_argument(
+        "--engine-pipeline", type=int, default=32, help="script calls per round trip in the pipelined engine run"
+    )
     parser.add_argument("--celery-concurrency", type=int, default=2)
     parser.add_argument(
         "--worker-nice",

@@ -289,7 +289,7 @@ class Bench:
         result = self.wrk(
             f"database-direct purchase c={c}",
             method="POST",
-            path=f"/bench/activities/{activity.pk}/purchase-db",
+            path=f"/api/bench/activities/{activity.pk}/purchase-db",
             connections=c,
             tokens_file=self.tokens_file,
             body=self.purchase_body(activity),
@@ -436,6 +436,12 @@ class Bench:
         self.row("stock engine alone: Lua script", None, None, **lua, **checked)
         # The Lua run left its reservations in the log on purpose (no orders for made-up
         # shoppers); free the memory now that the invariants are checked.
+        stock_redis().unlink(*ActivityKeys(activity.pk).all())
+        depth = self.args.engine_pipeline
+        activity = activity_new(title="bench engine lua pipelined", stock=BIG_STOCK)
+        piped = engine_run(kind="lua", activity_id=activity.pk, processes=p, seconds=s, user_ids=[], depth=depth)
+        checked = self.checked(activity.pk)
+        self.row(f"stock engine alone: Lua script, {depth} calls per round trip", None, None, **piped, **checked)
         stock_redis().unlink(*ActivityKeys(activity.pk).all())
         activity = activity_new(title="bench engine db", stock=BIG_STOCK, warm=False)
         dbr = engine_run(kind="db", activity_id=activity.pk, processes=p, seconds=s, user_ids=self.user_ids)

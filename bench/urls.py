@@ -1,7 +1,13 @@
 from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
 
-from .views import NaivePurchaseApi
+from .views import naive_purchase_view
 
 urlpatterns = [
-    path("activities/<int:activity_id>/purchase-db", NaivePurchaseApi.as_view(), name="bench-purchase-db"),
+    path(
+        "activities/<int:activity_id>/purchase-db",
+        csrf_exempt(require_POST(naive_purchase_view)),
+        name="bench-purchase-db",
+    ),
 ]

@@ -81,4 +81,4 @@ urlpatterns = [
 
 if settings.SECKILL_BENCH_VIEWS:
     # Bench-only endpoints (the database-direct purchase for contrast); off unless asked for.
-    urlpatterns.append(path("bench/", include("bench.urls")))
+    urlpatterns.append(path("api/bench/", include("bench.urls")))

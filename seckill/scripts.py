@@ -134,15 +134,20 @@ def run_shard_return(client: redis.Redis, shard_keys: ActivityKeys, *, order_no:
     return bool(returned)
 
 
+def purchase_script_call(keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0) -> dict:
+    """The purchase script's KEYS and ARGV (for a pipeline, ``PURCHASE(**call, client=pipe)``)."""
+    return {
+        "keys": [keys.stock, keys.users, keys.log, keys.failed, keys.drain],
+        "args": [user_id, quantity, limit, shard, settings.SECKILL_DRAIN_KICK_TTL_MS],
+    }
+
+
 def run_purchase(
     client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0
 ) -> PurchaseReply:
+    call = purchase_script_call(keys, user_id=user_id, quantity=quantity, limit=limit, shard=shard)
     with script_timer("purchase"):
-        code, remaining, reservation, *kick = PURCHASE(
-            keys=[keys.stock, keys.users, keys.log, keys.failed, keys.drain],
-            args=[user_id, quantity, limit, shard, settings.SECKILL_DRAIN_KICK_TTL_MS],
-            client=client,
-        )
+        code, remaining, reservation, *kick = PURCHASE(**call, client=client)
     if isinstance(reservation, bytes):
         reservation = reservation.decode()
     return PurchaseReply(int(code), int(remaining), reservation, kick=bool(kick and kick[0]))

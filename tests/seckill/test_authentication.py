@@ -29,7 +29,7 @@ def test_bench_endpoint_is_not_mounted_by_default():
     activity = make_activity(stock=3)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token_of(user)}")
-    response = client.post(f"/bench/activities/{activity.pk}/purchase-db", {"token": "x"}, format="json")
+    response = client.post(f"/api/bench/activities/{activity.pk}/purchase-db", {"token": "x"}, format="json")
     assert response.status_code == 404
     assert stock_redis().get(ActivityKeys(activity.pk).stock) == b"3"
 
