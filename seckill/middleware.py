@@ -1,6 +1,10 @@
 """Keeps a page that is the same for every visitor free of per-visitor headers."""
 
+import logging
+
 from django.utils.cache import cc_delim_re
+
+logger = logging.getLogger(__name__)
 
 SHARED_PAGE_ATTR = "shared_page"
 # What the inner middleware add on every response: LocaleMiddleware always says
@@ -36,4 +40,32 @@ class SharedPageMiddleware:
             else:
                 del response["Vary"]
         response.cookies.clear()
+        return response
+
+
+class DatabaseAwayMiddleware:
+    """A page whose view needs the database while it is unreachable answers 503 with
+    ``Retry-After``, never a 500 (the JSON API maps the same errors itself:
+    ``seckill.errors.api_error_of``). Django hands it the view's and the template's
+    exceptions; any other exception still reaches Django's 500 handling."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        from django.db import InterfaceError, OperationalError
+        from django.http import HttpResponse
+
+        if not isinstance(exception, (OperationalError, InterfaceError)):
+            return None
+        logger.warning("page %s: the database is away: %s", request.path, exception)
+        response = HttpResponse(
+            "The shop is busy just now; please try again in a moment.\n",
+            status=503,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["Retry-After"] = "2"
         return response

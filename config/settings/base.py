@@ -48,6 +48,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "seckill.metrics.PurchaseOutcomeMiddleware",
+    # A view's or a template's database error while the database is away becomes a 503.
+    "seckill.middleware.DatabaseAwayMiddleware",
     # Last, as django-axes asks: turns a lockout into its 429 answer.
     "axes.middleware.AxesMiddleware",
 ]

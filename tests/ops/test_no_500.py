@@ -7,6 +7,7 @@ PostgreSQL through a TCP proxy the test cuts.
 """
 
 import re
+import urllib.error
 import urllib.request
 
 import pytest
@@ -267,6 +268,15 @@ def test_database_away_from_the_web_tier_known_shoppers_buy_through_redis(proces
             assert (status, body["code"], headers.get("Retry-After")) == (503, "busy", "2"), (path, status, body)
         status, body, headers = http(base, "GET", "/api/me", headers=session)  # the session's user is a query
         assert (status, body["code"], headers.get("Retry-After")) == (503, "busy", "2"), body
+        # Pages that need the database answer 503 too (seckill.middleware.DatabaseAwayMiddleware).
+        for path in ["/orders/", f"/seckill/{activity.pk + 1000}/", "/products/"]:
+            request = urllib.request.Request(f"{base}{path}", headers=session)
+            try:
+                with urllib.request.urlopen(request, timeout=120) as response:
+                    page = (response.status, response.headers.get("Retry-After"))
+            except urllib.error.HTTPError as exc:
+                page = (exc.code, exc.headers.get("Retry-After"))
+            assert page == (503, "2"), (path, page)
         status, body, _ = http(base, "GET", "/healthz")
         assert status == 503 and body["database"]["status"] == "down", body
         with urllib.request.urlopen(f"{base}/metrics", timeout=60) as response:
