@@ -12,6 +12,7 @@ are ratios measured side by side in one run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -68,13 +69,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def machine_facts() -> dict:
     cpu = "unknown"
-    try:
+    with contextlib.suppress(OSError):  # no /proc/cpuinfo: the model stays "unknown"
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    except OSError:
-        pass
     mem = Path("/proc/meminfo").read_text().split("\n", 1)[0].split(":", 1)[1].strip()
     wrk = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
     return {

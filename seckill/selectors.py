@@ -1,5 +1,6 @@
 """Reads of the flash sale, shaped for the hot path."""
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -205,10 +206,8 @@ def _shared_get_or_build(keys: _SharedKeys, codec: _Codec) -> object:
                 fresh, value = _shared_read(client, keys, codec)  # built while we asked for the lock
                 return value if fresh else _shared_rebuild(client, keys, codec)
             finally:
-                try:
+                with contextlib.suppress(LockError):  # expired while we rebuilt: another may rebuild too, harmlessly
                     lock.release()
-                except LockError:
-                    pass  # expired while we worked; harmless
         if time.monotonic() >= deadline:
             logger.warning("cache rebuild of %s took too long; reading the database", keys.value)
             return codec.load()

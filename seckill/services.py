@@ -197,7 +197,7 @@ def activity_token_ensure(*, activity_id: int, now: datetime | None = None) -> s
 
 
 class WarmupError(Exception):
-    pass
+    """The stock could not be (re)loaded into Redis; the message says why and what to do."""
 
 
 # How long a warm-up keeps taking pictures while the sale moves them (a picture is only
