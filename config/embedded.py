@@ -230,7 +230,31 @@ def ensure_redis() -> str:
         )
         (REDIS_DIR / "port").write_text(str(port))
         _wait_for_port(port, "embedded Redis", log)
+    _wait_for_redis_loaded(port, REDIS_DIR / "redis.log")  # also when another process just started it
     return f"redis://127.0.0.1:{port}/0"
+
+
+def _wait_for_redis_loaded(port: int, log: Path, timeout: float = 120.0) -> None:
+    """The port opens before Redis has replayed its append-only file; until then every
+    command answers LOADING. Return once it answers PING."""
+    import redis
+
+    client = redis.Redis(port=port, socket_timeout=5)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.BusyLoadingError:
+            if time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+                raise RuntimeError(
+                    f"embedded Redis still loading its append-only file after {timeout:.0f}s; "
+                    f"delete {REDIS_DIR / 'appendonly.aof'} to start empty.\n{tail}"
+                ) from None
+            time.sleep(0.1)
+        finally:
+            client.close()
 
 
 def stop_redis() -> bool:
