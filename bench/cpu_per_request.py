@@ -12,7 +12,6 @@ import argparse
 import cProfile
 import io
 import json
-import os
 import pstats
 import sys
 import time
@@ -50,13 +49,7 @@ def main(argv: list[str]) -> int:
 
     from . import stack
 
-    env, started = stack.bench_environment()
-    os.environ.update(env)
-    try:
-        stack.manage(env, "migrate", "--noinput", "-v", "0")
-        import django
-
-        django.setup()
+    with stack.bench_django() as bench_env:
         from .data import activity_new, shoppers_create
         from .stack import BASE_DIR
 
@@ -65,7 +58,7 @@ def main(argv: list[str]) -> int:
             import tempfile
             from pathlib import Path
 
-            worker = stack.worker_start(env, Path(tempfile.mkdtemp(prefix="cpu-worker-")), 2, nice=10)
+            worker = stack.worker_start(bench_env, Path(tempfile.mkdtemp(prefix="cpu-worker-")), 2, nice=10)
         n = args.requests
         tokens_file = BASE_DIR / ".local" / "cpu-tokens.txt"
         shoppers_create(2 * n, tokens_file)
@@ -128,10 +121,6 @@ def main(argv: list[str]) -> int:
             print(f"{name:10} {ms:10.3f} {ping_ms / ms:10.2f}  {statuses}")
         if worker is not None:
             worker.stop()
-    finally:
-        from config import embedded
-
-        embedded.stop_services(started)
     return 0
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import os
 import pstats
 import statistics
 import sys
@@ -34,13 +33,7 @@ def main(argv: list[str]) -> int:
 
     from . import stack
 
-    env, started = stack.bench_environment()
-    os.environ.update(env)
-    try:
-        stack.manage(env, "migrate", "--noinput", "-v", "0")
-        import django
-
-        django.setup()
+    with stack.bench_django():
         from django.conf import settings
         from django.db import connection
 
@@ -98,10 +91,6 @@ def main(argv: list[str]) -> int:
             print(f"{label:>6} {wall:7.2f} {n / wall:9,.0f}", *(f"{ms:10.3f}" for ms in cpu), f"{sum(cpu):10.3f}")
         if profiler:
             print("(under cProfile: the Python figures are inflated)")
-    finally:
-        from config import embedded
-
-        embedded.stop_services(started)
     return 0
 
 

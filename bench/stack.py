@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -54,6 +56,22 @@ def bench_environment(base: dict[str, str] | None = None) -> tuple[dict[str, str
         for url in (env["REDIS_URL"], env["CELERY_BROKER_URL"]):
             redis.Redis.from_url(url).flushdb()
     return env, started
+
+
+@contextmanager
+def bench_django() -> Iterator[dict[str, str]]:
+    """Django set up in this process on the bench's database and Redis (migrated), for the
+    in-process measurements; the embedded servers this started are stopped at the end."""
+    env, started = bench_environment()
+    os.environ.update(env)
+    try:
+        manage(env, "migrate", "--noinput", "-v", "0")
+        import django
+
+        django.setup()
+        yield env
+    finally:
+        embedded.stop_services(started)
 
 
 def _recreate_database(url: str) -> None:
