@@ -62,3 +62,46 @@ def test_a_burst_publishes_a_handful_of_drain_tasks_and_every_reservation_is_ord
     # One task per purchase would be 600; one per burst is a handful (a new one only
     # after a pass found the log empty while purchases were still arriving).
     assert 1 <= len(drain_publishes) <= shoppers // 20, len(drain_publishes)
+
+
+def test_a_purchase_while_a_drain_task_works_publishes_nothing_and_still_gets_its_order():
+    """Deterministic: the drain task is held mid-batch (the stock row is locked), a shopper
+    buys meanwhile. The task keeps the flag set while it works, so that purchase asks for
+    no task (kick false); the task's next pass or its last read after clearing the flag
+    makes the order anyway."""
+    import psycopg
+    from django.db import connection
+
+    from seckill.scripts import run_purchase
+    from seckill.tasks import reservations_drain_task
+
+    from ..helpers import waiting_on_a_lock
+
+    activity = make_activity(stock=10)
+    first, second = make_users(2, prefix="held")
+    keys, client = ActivityKeys(activity.pk), stock_redis()
+    assert run_purchase(client, keys, user_id=first.pk, quantity=1, limit=1).kick  # asks for a drain
+    db = connection.settings_dict
+    dsn = f"host={db['HOST']} port={db['PORT']} user={db['USER']} dbname={db['NAME']}"
+    result = {}
+
+    def drain():
+        try:
+            result["totals"] = reservations_drain_task(activity.pk)
+        finally:
+            connection.close()
+
+    with psycopg.connect(dsn) as blocker:
+        blocker.execute("SELECT 1 FROM inventory_seckillstock WHERE activity_id = %s FOR UPDATE", [activity.pk])
+        task = threading.Thread(target=drain)
+        task.start()
+        wait_until(lambda: waiting_on_a_lock() >= 1, timeout=60, what="the drain task to be mid-batch")
+        during = run_purchase(client, keys, user_id=second.pk, quantity=1, limit=1)
+        blocker.rollback()
+    task.join(60)
+    assert not task.is_alive()
+    assert during.code == 1 and not during.kick, "a purchase during a drain must not ask for another"
+    assert set(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == {first.pk, second.pk}
+    assert result["totals"]["created"] == 2
+    assert client.xlen(keys.log) == 0
+    assert not client.exists(keys.drain), "the flag is cleared once the log is empty"
