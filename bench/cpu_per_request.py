@@ -45,6 +45,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile", default="", help="cProfile this scenario (ping, purchase, soldout)")
     parser.add_argument("--top", type=int, default=35)
     parser.add_argument("--worker", action="store_true", help="run a Celery worker meanwhile (orders drain)")
+    parser.add_argument("--cold-tokens", action="store_true", help="skip token_cache_fill: tokens from PostgreSQL")
     args = parser.parse_args(argv)
 
     from . import stack
@@ -62,6 +63,10 @@ def main(argv: list[str]) -> int:
         n = args.requests
         tokens_file = BASE_DIR / ".local" / "cpu-tokens.txt"
         shoppers_create(2 * n, tokens_file)
+        if not args.cold_tokens:
+            from seckill.authentication import token_shared_fill
+
+            token_shared_fill()  # the pre-sale step (manage.py token_cache_fill)
         tokens = tokens_file.read_text().split()
         try:
             from config.handlers import StackDispatcher

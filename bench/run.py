@@ -41,6 +41,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--soldout-shoppers", type=int, default=2_000, help="shoppers who keep retrying after the sell-out"
     )
+    parser.add_argument(
+        "--cold-tokens",
+        action="store_true",
+        help="skip `token_cache_fill` (the pre-sale step of docs/OPERATIONS.md): every shopper's first"
+        " request then looks its token up in PostgreSQL",
+    )
     parser.add_argument("--drain-reservations", type=int, default=10_000)
     parser.add_argument(
         "--drain-single-deadline", type=float, default=60, help="seconds the one-task-per-order drain may take"

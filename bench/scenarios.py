@@ -46,6 +46,10 @@ class Bench:
         self.user_ids = shoppers_create(self.args.shoppers, self.tokens_file)
         lines = self.tokens_file.read_text().splitlines()[: self.args.soldout_shoppers]
         self.soldout_tokens.write_text("".join(f"{t}\n" for t in lines))
+        if not self.args.cold_tokens:
+            from seckill.authentication import token_shared_fill
+
+            token_shared_fill()  # what an operator runs before a sale: manage.py token_cache_fill
         say(f"{len(self.user_ids)} shoppers with API tokens ready in {time.monotonic() - started:.1f} s")
 
     def system_cpu(self) -> float:

@@ -21,7 +21,7 @@ from django_ratelimit.core import get_usage
 from django_redis.exceptions import ConnectionInterrupted
 from rest_framework.exceptions import AuthenticationFailed
 
-from .authentication import CachedTokenAuthentication
+from .authentication import token_shopper
 from .captcha import captcha_consume
 from .errors import ApiError
 from .limited import limited_for, limited_remember
@@ -296,7 +296,7 @@ def purchase_front_gates(request, *, activity_id: int) -> FrontPassed | None:
     if len(auth) != 2 or auth[0].lower() != "token":
         return None
     try:
-        user, _ = CachedTokenAuthentication().authenticate_credentials(auth[1])
+        user_id = token_shopper(auth[1]).user_id
         data = json.loads(request.body)
     except (AuthenticationFailed, ValueError, RecursionError):  # the full view answers these
         return None
@@ -305,5 +305,5 @@ def purchase_front_gates(request, *, activity_id: int) -> FrontPassed | None:
         return None
     body = purchase_body_parse(data, activity=activity)
     now = timezone.now()
-    purchase_front_check(request, activity=activity, user_id=user.pk, body=body, now=now)
-    return FrontPassed(activity, user.pk, body, now)
+    purchase_front_check(request, activity=activity, user_id=user_id, body=body, now=now)
+    return FrontPassed(activity, user_id, body, now)

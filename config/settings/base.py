@@ -295,6 +295,9 @@ SECKILL_CAPTCHA_TTL = env.int("SECKILL_CAPTCHA_TTL", default=120)
 # Seconds a web process remembers a token's (or session's) user: no query per request,
 # and a shopper it knows keeps buying through Redis while the database is away.
 SECKILL_TOKEN_CACHE_TTL = env.float("SECKILL_TOKEN_CACHE_TTL", default=30.0)
+# Seconds a token stays in the cache Redis shared by all web processes (deleting the token
+# or saving its user inactive removes it at once; a QuerySet.update is seen after this).
+SECKILL_TOKEN_SHARED_TTL = env.int("SECKILL_TOKEN_SHARED_TTL", default=6 * 3600)
 
 # The activity page: shared caches (a CDN) may keep it this long; browsers a little.
 SECKILL_PAGE_MAX_AGE = env.int("SECKILL_PAGE_MAX_AGE", default=30)

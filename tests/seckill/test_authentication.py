@@ -1,14 +1,20 @@
 """The cached authentication of the JSON API (seckill/authentication.py), the bare ping
 view the benchmarks measure against, and the bench-only endpoint staying unmounted."""
 
+import io
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.middleware.csrf import _get_new_csrf_string, _mask_cipher_secret
 from django.test import override_settings
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from seckill.authentication import SHARED_PREFIX, token_cache_clear
 from seckill.keys import ActivityKeys
 from seckill.redis_client import stock_redis
+from seckill.selectors import gate_redis
 from seckill.services import activity_token_ensure
 
 from ..factories import make_activity, make_users, token_of
@@ -94,3 +100,74 @@ def test_token_lookup_is_one_query_then_none(django_assert_max_num_queries):
     get_user_model().objects.filter(pk=other.pk).update(is_active=False)
     inactive.credentials(HTTP_AUTHORIZATION=f"Token {token_of(other)}")
     assert inactive.get(url).status_code == 401
+
+
+# --- the shared token cache (cache Redis), for a process that has not seen the shopper ---
+
+
+def _token_queries(queries) -> list:
+    return [q for q in queries.captured_queries if "authtoken_token" in q["sql"]]
+
+
+def _result_as(key: str, activity) -> int:
+    token_cache_clear()  # a web process that has not seen this shopper yet
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    return client.get(f"/api/activities/{activity.pk}/result").status_code
+
+
+def test_a_new_token_is_shared_at_creation_and_needs_no_query_in_another_process(
+    django_assert_max_num_queries, django_capture_on_commit_callbacks
+):
+    user = get_user_model().objects.create(username="shared-new")
+    with django_capture_on_commit_callbacks(execute=True):  # written after the commit
+        token = Token.objects.create(user=user)
+    activity = make_activity(stock=1)
+    stored = gate_redis().keys(f"{SHARED_PREFIX}*")
+    assert len(stored) == 1
+    assert token.key.encode() not in stored[0]  # a digest of the credential, not the credential
+    with django_assert_max_num_queries(3) as queries:
+        assert _result_as(token.key, activity) == 200
+    assert not _token_queries(queries)
+
+
+def test_a_bulk_created_token_is_shared_after_its_first_lookup(django_assert_max_num_queries):
+    (user,) = make_users(1, prefix="shared-bulk")  # bulk_create: no signal
+    activity = make_activity(stock=1)
+    key = token_of(user)
+    with django_assert_max_num_queries(4) as queries:
+        assert _result_as(key, activity) == 200
+    assert len(_token_queries(queries)) == 1
+    with django_assert_max_num_queries(3) as queries:
+        assert _result_as(key, activity) == 200
+    assert not _token_queries(queries)
+
+
+def test_a_deleted_token_or_an_inactive_user_is_refused_at_once_despite_the_shared_cache(
+    django_capture_on_commit_callbacks,
+):
+    users = make_users(2, prefix="shared-revoke")
+    activity = make_activity(stock=1)
+    keys = [token_of(u) for u in users]
+    assert [_result_as(k, activity) for k in keys] == [200, 200]  # both now in the shared cache
+    with django_capture_on_commit_callbacks(execute=True):
+        Token.objects.filter(key=keys[0]).delete()
+        users[1].is_active = False
+        users[1].save()
+    assert [_result_as(k, activity) for k in keys] == [401, 401]
+    assert gate_redis().keys(f"{SHARED_PREFIX}*") == []
+
+
+def test_token_cache_fill_shares_every_active_users_token_and_no_other(django_assert_max_num_queries):
+    users = make_users(3, prefix="shared-fill")
+    get_user_model().objects.filter(pk=users[2].pk).update(is_active=False)
+    out, err = io.StringIO(), io.StringIO()
+    call_command("token_cache_fill", stdout=out, stderr=err)
+    assert out.getvalue().startswith("2 tokens cached")
+    assert "2 tokens cached…" in err.getvalue()  # progress
+    activity = make_activity(stock=1)
+    for key in [token_of(user) for user in users[:2]]:
+        with django_assert_max_num_queries(3) as queries:
+            assert _result_as(key, activity) == 200
+        assert not _token_queries(queries)
+    assert _result_as(token_of(users[2]), activity) == 401

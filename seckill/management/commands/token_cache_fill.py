@@ -1,0 +1,24 @@
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from seckill.authentication import token_shared_fill
+
+
+class Command(BaseCommand):
+    help = (
+        "Put every active shopper's API token in the cache Redis shared by the web processes, "
+        "so a flash crowd's first requests need no database lookup. Run it before a big sale."
+    )
+
+    def handle(self, *args, **options):
+        def progress(done: int) -> None:
+            self.stderr.write(f"\r{done:,} tokens cached…", ending="")
+            self.stderr.flush()
+
+        try:
+            done = token_shared_fill(progress=progress)
+        except redis.RedisError as exc:
+            raise CommandError(f"Redis is not reachable ({exc}); check REDIS_URL") from exc
+        self.stderr.write("")
+        self.stdout.write(f"{done} tokens cached for {settings.SECKILL_TOKEN_SHARED_TTL} s (SECKILL_TOKEN_SHARED_TTL)")
