@@ -126,10 +126,6 @@ class ActivityKeys:
         return f"seckill:{self.tag}:dbsynced"
 
     @property
-    def resync_lock(self) -> str:
-        return f"seckill:{self.tag}:resync"
-
-    @property
     def lifecycle_lock(self) -> str:
         """The lock that lets warm-ups and the close of an activity run one at a time.
         No hash tag on purpose: the close removes every key carrying the activity's tag

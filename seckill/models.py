@@ -183,3 +183,20 @@ class ShopperProfile(models.Model):
 
     def __str__(self) -> str:
         return f"profile of user {self.user_id}"
+
+
+class ResyncEpoch(models.Model):
+    """How many times the stock Redis has been re-synchronised from the database after
+    database-path sales: one row (id 1, created by the first re-synchronisation; none
+    reads as 0). A web process remembers the value when its circuit breaker opens; a
+    database-path purchase that finds it moved since sells nothing (``seckill.fallback``)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    value = models.BigIntegerField(default=0)
+    bumped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=models.Q(id=1), name="resync_epoch_single_row")]
+
+    def __str__(self) -> str:
+        return f"resync epoch {self.value}"

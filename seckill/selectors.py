@@ -23,7 +23,7 @@ from redis.exceptions import LockError
 
 from .errors import DATABASE_AWAY, busy
 from .keys import ActivityKeys
-from .models import Activity, BlacklistEntry, activity_phase
+from .models import Activity, BlacklistEntry, ResyncEpoch, activity_phase
 from .redis_client import stock_redis
 
 logger = logging.getLogger(__name__)
@@ -558,6 +558,11 @@ def redis_remaining_many(activity_ids: list[int]) -> dict[int, int | None]:
         return unknown
     values = [d if d is not None else s for d, s in zip(pairs[::2], pairs[1::2], strict=True)]
     return {a: (int(v) if v is not None else None) for a, v in zip(activity_ids, values, strict=True)}
+
+
+def resync_epoch() -> int:
+    """How many re-synchronisations of the stock Redis there have been (0 before the first)."""
+    return ResyncEpoch.objects.filter(pk=1).values_list("value", flat=True).first() or 0
 
 
 def live_activities(now: datetime | None = None):

@@ -1,5 +1,6 @@
 """Writes of the flash sale: activities, warm-up, the purchase itself, replay and close."""
 
+import functools
 import logging
 import secrets
 import time
@@ -513,16 +514,25 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     (``seckill.fallback``); its half-open probe waits for those in flight to commit,
     then re-synchronises the stock before it closes (``seckill.breaker``).
     """
+    return _purchase(activity, user_id=user_id, quantity=quantity, retry=True)
+
+
+def _purchase(activity: ActivitySnapshot, *, user_id: int, quantity: int, retry: bool) -> Reserved:
+    """``retry``: a database-path purchase that finds the stock re-synchronised since its
+    breaker opened may try once more, through Redis (see ``_purchase_database_path``)."""
     from .breaker import redis_breaker
     from .fallback import stock_resync
 
     breaker = redis_breaker()
     ticket = breaker.allow()
+    database_path = functools.partial(
+        _purchase_database_path, breaker, activity=activity, user_id=user_id, quantity=quantity, retry=retry
+    )
     if ticket is None:
-        return _purchase_database_path(breaker, activity=activity, user_id=user_id, quantity=quantity)
+        return database_path()
     try:
         if ticket == breaker.PROBE:
-            stock_resync()
+            stock_resync(before_close=True)
         reply = _reserve(activity, user_id=user_id, quantity=quantity)
         if (
             reply.code == ScriptCode.DUPLICATE
@@ -541,11 +551,11 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     except redis.RedisError as exc:
         breaker.record_failure(ticket)
         logger.warning("purchase: Redis unavailable for activity %s, database path: %s", activity.id, exc)
-        return _purchase_database_path(breaker, activity=activity, user_id=user_id, quantity=quantity)
+        return database_path()
     except WarmupError as exc:
         breaker.record_failure(ticket)
         logger.error("purchase: re-synchronising the stock failed; breaker stays open: %s", exc)
-        return _purchase_database_path(breaker, activity=activity, user_id=user_id, quantity=quantity)
+        return database_path()
     except BaseException:
         if ticket == breaker.PROBE:  # a probe ending any other way must not leave the breaker half-open
             breaker.record_failure(ticket)
@@ -581,18 +591,32 @@ def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int):
     )
 
 
-def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
+def _purchase_database_path(
+    breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int, retry: bool
+) -> Reserved:
     """The database path, only while the breaker is open; busy otherwise (closed after a
     failure below the threshold, or half-open: the probe waits for this path to be idle).
-    The breaker counts the purchase in flight until it has committed or failed."""
-    from .fallback import purchase_fallback
+    The breaker counts the purchase in flight until it has committed or failed.
 
-    if not breaker.fallback_begin():
+    When the stock was re-synchronised since the breaker opened (another process's probe
+    or beat found Redis back), nothing is sold here: the breaker turns half-open and,
+    once, the purchase starts again, which makes this caller the probe (Redis, after a
+    re-synchronisation of its own) unless another caller of this process is on it (busy)."""
+    from .fallback import ResyncedMeanwhile, purchase_fallback
+
+    opening = breaker.fallback_begin()
+    if opening is None:
         raise busy()
     try:
-        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
+        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity, epoch=opening.epoch)
+    except ResyncedMeanwhile:
+        logger.warning("purchase: the stock was re-synchronised since this process lost Redis; probing Redis")
+        breaker.resynced(opening)
     finally:
         breaker.fallback_end()
+    if retry:
+        return _purchase(activity, user_id=user_id, quantity=quantity, retry=False)
+    raise busy()
 
 
 def _enqueue_drain(activity_id: int) -> None:

@@ -248,3 +248,84 @@ def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_c
     assert redis_remaining(activity.pk) == 0
     # 20 during the cut, and any sold after it while the breaker waited out its reset time.
     assert Order.objects.filter(activity=activity, reservation_id__startswith="db-").count() >= 20
+
+
+def _web_metrics(base: str) -> dict:
+    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(response.read().decode())
+            for s in family.samples
+        }
+
+
+def _breaker_state(base: str) -> str:
+    try:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=30) as response:
+            return json.loads(response.read())["redis"]["breaker"]
+    except urllib.error.HTTPError as exc:  # 503 while a dependency is down; the body says which
+        return json.loads(exc.read())["redis"]["breaker"]
+
+
+def test_redis_back_a_process_still_open_sells_nothing_from_the_database_after_another_resynchronised(
+    stack, process_logs, settings
+):
+    """Two web servers, each reaching Redis through a proxy of its own: both lose Redis
+    and sell from the database; Redis returns; server A's probe re-synchronises and
+    closes. Server B's breaker is still open (its reset time is an hour, and no beat runs
+    here), so before the resync epoch it went on selling from the database, units Redis
+    did not know about, admitted twice until some later re-synchronisation. Now B's next
+    purchase finds the epoch moved: no database-path sale, B probes Redis and buys there."""
+    proxies = [stack.keep(TcpProxy(urlsplit(settings.REDIS_URL).port, free_port()).start()) for _ in "ab"]
+
+    def env(proxy, reset: str) -> dict:
+        return subprocess_env(
+            REDIS_URL=f"redis://127.0.0.1:{proxy.port}/0",
+            CELERY_BROKER_URL=settings.CELERY_BROKER_URL,  # the broker is not behind the proxy
+            SECKILL_BREAKER_FAILURES="1",
+            SECKILL_BREAKER_RESET=reset,
+        )
+
+    a = stack.web(env(proxies[0], "0.5"), workers=1)
+    b = stack.web(env(proxies[1], "3600"), workers=1)  # one process each: one breaker each
+    stack.worker(subprocess_env(CELERY_BROKER_URL=settings.CELERY_BROKER_URL))
+    activity, users, keys, token = _sale(stock=60, shoppers=60)
+    db_path = Order.objects.filter(activity=activity, reservation_id__startswith="db-")
+    shoppers = iter(users)
+    answers = {}
+
+    def buy(base: str):
+        user = next(shoppers)
+        answers[user.pk] = purchase_answer(base, activity.pk, keys[user.pk], token)
+        assert answers[user.pk] == (202, "queued"), answers[user.pk]
+        return user
+
+    buy(a), buy(b)  # through Redis
+    wait_until(lambda: units_ordered(activity) == 2, timeout=120, what="orders before the fault")
+
+    for proxy in proxies:
+        proxy.cut()
+    for base in (a, a, a, b, b, b):
+        buy(base)
+    assert db_path.count() == 6 and _breaker_state(a) == _breaker_state(b) == "open"
+    for proxy in proxies:
+        proxy.restore()
+
+    # A's reset time passes; its next purchase is the probe: re-synchronise, then Redis.
+    wait_until(
+        lambda: not db_path.filter(user=buy(a)).exists(), timeout=60, interval=0.2, what="A's probe to buy via Redis"
+    )
+    assert _breaker_state(a) == "closed" and _breaker_state(b) == "open"
+    sold_from_the_database = db_path.count()
+
+    for _ in range(5):
+        buy(b)
+    assert db_path.count() == sold_from_the_database, "B sold from the database after A's re-synchronisation"
+    assert _breaker_state(b) == "closed", "B's refused database-path purchase probed Redis"
+    assert _web_metrics(b)[("seckill_fallback_purchase_total", (("code", "resynced"),))] == 1
+    # Redis offers exactly what the database holds less the reservations not yet ordered.
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"], report
+    assert_nothing_lost_nothing_doubled(activity, answers)
+    stock = SeckillStock.objects.get(activity=activity)
+    assert redis_remaining(activity.pk) == stock.available == 60 - len(answers)

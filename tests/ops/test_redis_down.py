@@ -24,7 +24,7 @@ from ..helpers import free_port, wait_until, waiting_on_a_lock
 
 
 def test_breaker_opens_after_consecutive_failures_and_lets_one_probe_through():
-    breaker = CircuitBreaker(failure_threshold=2, reset_timeout=0.2)
+    breaker = CircuitBreaker(failure_threshold=2, reset_timeout=0.2, epoch_reader=lambda: 7)
     assert breaker.allow() == "closed"
     breaker.record_failure("closed")
     assert breaker.state == "closed"
@@ -209,3 +209,83 @@ def test_beat_resynchronises_when_no_purchase_comes_after_the_outage(redis_unrea
     report = reconcile(activity_id=activity.pk)
     assert report["identity_ok"], report
     assert reconcile_live_task() == {activity.pk: True}  # nothing due the second time
+
+
+def test_the_breaker_remembers_the_resync_epoch_it_opened_with_and_turns_half_open_when_it_moved():
+    epochs = iter([3, None])
+    breaker = CircuitBreaker(failure_threshold=1, reset_timeout=3600, epoch_reader=lambda: next(epochs))
+    breaker.record_failure(breaker.allow())
+    opening = breaker.fallback_begin()
+    assert breaker.state == "open" and opening.epoch == 3, "read right after it opened"
+    breaker.fallback_end()
+    breaker.resynced(opening)  # a database-path purchase found the epoch moved
+    assert breaker.state == "half_open" and not breaker.fallback_begin()
+    assert breaker.allow() == "probe", "the next caller probes Redis, long before the reset time"
+    breaker.record_failure("probe")  # Redis still away for this process: open again, the epoch read again
+    reopened = breaker.fallback_begin()
+    assert reopened.number == opening.number + 1 and reopened.epoch is None, "unreadable: no sale will match it"
+    breaker.resynced(opening)  # a late refusal from the earlier opening
+    assert breaker.state == "open", "an earlier opening's refusal must not disturb this one"
+    breaker.fallback_end()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unknown_resync_epoch_sells_nothing_on_the_database_path():
+    from seckill.fallback import ResyncedMeanwhile, purchase_fallback
+
+    activity = make_activity(stock=5)
+    (user,) = make_users(1)
+    with pytest.raises(ResyncedMeanwhile):
+        purchase_fallback(activity=activity_snapshot(activity.pk), user_id=user.pk, quantity=1, epoch=None)
+    assert not Order.objects.filter(activity=activity).exists()
+    assert SeckillStock.objects.get(activity=activity).available == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resynchronisation_waits_for_a_database_path_purchase_in_flight_and_then_stops_the_database_path(
+    redis_unreachable, settings
+):
+    """Beat (or another process's probe) re-synchronises while this process's breaker is
+    still open, with a database-path purchase of it in flight: the re-synchronisation
+    waits for that purchase and counts it; after it, this process sells nothing more from
+    the database (its breaker's epoch is old), it probes Redis and buys there."""
+    from seckill.fallback import stock_resync
+
+    settings.SECKILL_BREAKER_FAILURES = 1
+    settings.SECKILL_BREAKER_RESET = 3600  # this process's own probe never comes in time
+    cut, restore = redis_unreachable
+    activity = make_activity(stock=10)
+    users = make_users(4)
+    cut()
+    assert _reserve(activity.pk, users[0].pk).reservation_id.startswith(DB_PATH_PREFIX)  # opens the breaker
+    restore()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        with transaction.atomic():
+            SeckillStock.objects.select_for_update().get(activity=activity)
+            in_flight = pool.submit(_reserve, activity.pk, users[1].pk)  # waits on the stock row
+            wait_until(lambda: waiting_on_a_lock() == 1, timeout=30, what="the purchase to wait on the stock row")
+
+            def resync():
+                try:
+                    return stock_resync()
+                finally:
+                    connection.close()
+
+            resync_done = pool.submit(resync)
+            wait_until(lambda: waiting_on_a_lock() == 2, timeout=30, what="the resync to wait for the purchase")
+            assert not resync_done.done()
+        assert in_flight.result(timeout=60).reservation_id.startswith(DB_PATH_PREFIX)
+        assert resync_done.result(timeout=60) == [activity.pk]
+    assert redis_remaining(activity.pk) == 8, "the purchase in flight is counted in Redis"
+    db_path_orders = Order.objects.filter(activity=activity, reservation_id__startswith=DB_PATH_PREFIX).count()
+    assert redis_breaker().state == "open"
+
+    after = _reserve(activity.pk, users[2].pk)
+    assert type(after).__name__ == "Reserved" and not after.reservation_id.startswith(DB_PATH_PREFIX)
+    assert Order.objects.filter(activity=activity, reservation_id__startswith=DB_PATH_PREFIX).count() == db_path_orders
+    assert redis_breaker().state == "closed", "the refused purchase probed Redis and closed the breaker"
+    assert redis_remaining(activity.pk) == 7
+    assert _reserve(activity.pk, users[1].pk) == "duplicate"
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"] and report["reserved_not_ordered"] == 1, report
