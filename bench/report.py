@@ -133,6 +133,12 @@ def tables(payload: dict) -> str:
             f"{_fmt(r.get('system_cpu_ms_per_req'), 3)} |"
         )
     lines.append("")
+    split = [r for r in rows if r.get("cpu_split_ms")]
+    if split:
+        lines.append("System CPU per answer, by process (ms):")
+        lines.append("")
+        lines += [f"- {r['scenario']}, c={r['connections']}: {r['cpu_split_ms']}" for r in split]
+        lines.append("")
     other = [r for r in rows if r.get("rps") is None]
     if other:
         lines += ["| scenario | figures | oversell | invariants |", "|---|---|---:|---|"]

@@ -200,13 +200,10 @@ def redis_pids() -> list[int]:
     return [int(redis_pid.read_text().strip())] if redis_pid.exists() else []
 
 
-def store_pids() -> list[int]:
-    """The embedded PostgreSQL (postmaster and backends) and Redis, when they run here."""
-    return postgres_pids() + redis_pids()
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of these processes so far."""
+def cpu_seconds(pids: list[int], *, reaped: bool = False) -> float:
+    """User + system CPU time of these processes so far; ``reaped``: plus that of their
+    children that have exited (PostgreSQL's backends of short-lived connections, such as
+    a Celery task's, are gone before they could be read)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in pids:
@@ -215,4 +212,6 @@ def cpu_seconds(pids: list[int]) -> float:
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])
+        if reaped:
+            total += int(fields[13]) + int(fields[14])
     return total / tick

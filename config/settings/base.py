@@ -249,6 +249,10 @@ SECKILL_DRAIN_KICK_TTL_MS = env.int("SECKILL_DRAIN_KICK_TTL_MS", default=2000)
 # Longest a drain task keeps draining a flood before it ends and lets the next purchase
 # ask for a fresh one (bounded, so a broker's redelivery timeout is never reached).
 SECKILL_DRAIN_TASK_SECONDS = env.float("SECKILL_DRAIN_TASK_SECONDS", default=20.0)
+# A drain pass that found less than a full batch waits this long before the next one, so
+# that a steady stream of purchases is turned into orders ~a batch at a time, not one by
+# one with a pass's fixed cost each (orders trail purchases by about this much more).
+SECKILL_DRAIN_PASS_PAUSE = env.float("SECKILL_DRAIN_PASS_PAUSE", default=0.1)
 # Orders created per database transaction by the drain task.
 SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=100)
 # Default payment deadline (seconds) for new activities.

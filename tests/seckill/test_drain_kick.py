@@ -105,3 +105,38 @@ def test_a_purchase_while_a_drain_task_works_publishes_nothing_and_still_gets_it
     assert result["totals"]["created"] == 2
     assert client.xlen(keys.log) == 0
     assert not client.exists(keys.drain), "the flag is cleared once the log is empty"
+
+
+def test_a_trickle_of_purchases_is_ordered_a_batch_at_a_time(transactional_db, process_logs):
+    """A steady stream, one purchase after another: the drain task waits
+    SECKILL_DRAIN_PASS_PAUSE after a pass that found less than a batch, so the orders are
+    written in a few transactions, not one (with a pass's fixed cost) per few purchases.
+    Every order of a batch carries the batch's timestamp: distinct timestamps = passes."""
+    import math
+    import time
+
+    from ..helpers import start_celery_worker, subprocess_env
+
+    pause = 1.0
+    worker = start_celery_worker(process_logs, env=subprocess_env(SECKILL_DRAIN_PASS_PAUSE=str(pause)))
+    try:
+        shoppers = 150
+        activity = make_activity(stock=shoppers)
+        users = make_users(shoppers, prefix="trickle")
+        snapshot = activity_snapshot(activity.pk)
+        started = time.monotonic()
+        for i, user in enumerate(users):  # a steady stream: one purchase every 10 ms
+            purchase_reserve(activity=snapshot, user_id=user.pk, quantity=1)
+            time.sleep(max(0.0, started + (i + 1) * 0.01 - time.monotonic()))  # pacing the load, not a wait
+        trickle_seconds = time.monotonic() - started
+        orders = Order.objects.filter(activity=activity)
+        wait_until(lambda: orders.count() == shoppers, timeout=120, what="every reservation to become an order")
+    finally:
+        worker.stop()
+    passes = orders.values("created_at").distinct().count()
+    # A pass per pause while the stream lasts, the one before it, the one after, and the
+    # last read after the flag is cleared; without the pause, one per few purchases.
+    print(f"{passes} passes for {shoppers} purchases in {trickle_seconds:.2f} s")
+    assert passes <= math.ceil(trickle_seconds / pause) + 3, (passes, trickle_seconds)
+    assert Order.objects.filter(activity=activity).aggregate(u=Sum("quantity"))["u"] == shoppers
+    assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
