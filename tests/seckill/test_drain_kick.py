@@ -134,9 +134,9 @@ def test_a_trickle_of_purchases_is_ordered_a_batch_at_a_time(transactional_db, p
     finally:
         worker.stop()
     passes = orders.values("created_at").distinct().count()
-    # A pass per pause while the stream lasts, the one before it, the one after, and the
-    # last read after the flag is cleared; without the pause, one per few purchases.
-    print(f"{passes} passes for {shoppers} purchases in {trickle_seconds:.2f} s")
-    assert passes <= math.ceil(trickle_seconds / pause) + 3, (passes, trickle_seconds)
+    # While the stream lasts, a pass per pause (two when a full batch came in meanwhile:
+    # the full one goes on at once), plus the first, the last and the read after the flag is
+    # cleared, with room for a second drain task. Without the pause: ~100 for these 150.
+    assert passes <= 2 * math.ceil(trickle_seconds / pause) + 6, (passes, trickle_seconds)
     assert Order.objects.filter(activity=activity).aggregate(u=Sum("quantity"))["u"] == shoppers
     assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
