@@ -86,21 +86,36 @@ class TokenShopper:
 SHARED_PREFIX = "auth:token:"
 
 
-def _shared_key(key: str) -> str:
+def token_shared_key(key: str) -> str:
     # A digest, not the credential: a reader of Redis cannot use what it finds there.
     return SHARED_PREFIX + hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
 
 
 def _shared_get(key: str):
     try:
-        value = get_redis_connection("default").get(_shared_key(key))
+        value = get_redis_connection("default").get(token_shared_key(key))
     except RedisError as exc:
         logger.warning("shared token cache not read: %s", exc)
         return None
-    if value is None:
-        return None
-    user_id, _, username = value.decode().partition(":")
+    return None if value is None else _shopper_of_entry(value.decode())
+
+
+def _shopper_of_entry(entry: str) -> TokenShopper:
+    user_id, _, username = entry.partition(":")
     return TokenShopper(int(user_id), username)
+
+
+def token_known(key: str) -> TokenShopper | None:
+    """The shopper of a token this process remembers, without any I/O."""
+    return _cached(("token", key))
+
+
+def token_shopper_from_entry(key: str, entry: str) -> TokenShopper:
+    """The shopper of a token whose shared-cache entry the caller read (the purchase's
+    gate script); remembered in this process like any other lookup."""
+    known = _shopper_of_entry(entry)
+    _remember(("token", key), known)
+    return known
 
 
 def token_shared_remember(entries: Iterable[tuple[str, int, str]]) -> int:
@@ -110,7 +125,7 @@ def token_shared_remember(entries: Iterable[tuple[str, int, str]]) -> int:
     done = 0
     pipe = client.pipeline(transaction=False)
     for key, user_id, username in entries:
-        pipe.set(_shared_key(key), f"{user_id}:{username}", ex=ttl)
+        pipe.set(token_shared_key(key), f"{user_id}:{username}", ex=ttl)
         done += 1
         if done % 1000 == 0:
             pipe.execute()
@@ -144,14 +159,14 @@ def token_shared_fill(*, progress=None, chunk: int = 5000) -> int:
 
 
 def token_shared_forget(keys: Iterable[str]) -> None:
-    names = [_shared_key(key) for key in keys]
+    names = [token_shared_key(key) for key in keys]
     if names:
         get_redis_connection("default").delete(*names)
 
 
 def token_shopper(key: str) -> TokenShopper:
     """The shopper of an API token; raises AuthenticationFailed as DRF would."""
-    known = _cached(("token", key))
+    known = token_known(key)
     if known is not None:
         return known
     # A miss is the first request of a shopper in this process: in a flood that is most

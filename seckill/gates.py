@@ -17,18 +17,16 @@ from datetime import datetime, timedelta
 import redis
 from django.conf import settings
 from django.utils import timezone
-from django_ratelimit.core import get_usage
-from django_redis.exceptions import ConnectionInterrupted
 from rest_framework.exceptions import AuthenticationFailed
 
-from .authentication import token_shopper
+from .authentication import token_known, token_shared_key, token_shopper, token_shopper_from_entry
 from .captcha import captcha_consume
 from .errors import ApiError
 from .limited import limited_for, limited_remember
 from .models import Activity
 from .redis_client import stock_redis
-from .scripts import run_admission
-from .selectors import ActivitySnapshot, activity_snapshot, blacklist, redis_away, shopper_facts
+from .scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
+from .selectors import ActivitySnapshot, activity_snapshot, blacklist, gate_redis, redis_away, shopper_facts
 from .services import activity_token_ensure
 from .soldout import sold_out_known
 
@@ -141,44 +139,128 @@ def _ip_bucket(ip: str) -> str:
     return ip
 
 
-def _rate(own: str, default: str) -> str | None:
-    rate = own or default
-    return None if not rate or rate == "off" else rate
+_PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def rate_parse(rate: str) -> tuple[int, int] | None:
+    """A rate such as "10/s", "600/m" or "100/5m" as (requests, window seconds); None for
+    "off" or empty. The form ``seckill.models.validate_rate`` accepts."""
+    if not rate or rate == "off":
+        return None
+    count, _, period = rate.partition("/")
+    return int(count), int(period[:-1] or 1) * _PERIOD_SECONDS[period[-1]]
 
 
 def _rate_limited(retry_after: float, detail: str = "Too many requests; please slow down.") -> ApiError:
     return ApiError(429, "rate_limited", detail, retry_after=max(1, math.ceil(retry_after)))
 
 
-def _limit(request, *, group: str, value: str, rate: str) -> None:
-    memory_key = f"{group}:{value}"
-    left = limited_for(memory_key)
-    if left is not None:
-        raise _rate_limited(left)  # over until its window ends: no need to ask Redis
-    # Redis failed just now: let requests on at once rather than wait for a timeout each;
-    # the database fallback that serves purchases meanwhile has a strict concurrency cap.
+@dataclass(frozen=True)
+class TrafficLimits:
+    """The per-user and per-address limits of one scope (``purchase:<id>``, ``captcha:<id>``):
+    fixed windows counted in the cache Redis by ``lua/shopper_gate.lua``."""
+
+    scope: str
+    per_user: RateLimit | None
+    per_address: RateLimit | None
+
+    @property
+    def any(self) -> bool:
+        return self.per_user is not None or self.per_address is not None
+
+    def user_memory(self, user_id: int) -> str:
+        return f"{self.scope}:user:{user_id}"
+
+
+def traffic_limits(request, *, scope: str, rate_per_user: str, rate_per_ip: str) -> TrafficLimits:
+    """The limits that apply (an activity's own rates, else the settings; "off" disables)."""
+    user_rate = rate_parse(rate_per_user or settings.SECKILL_RATE_PER_USER)
+    ip_rate = rate_parse(rate_per_ip or settings.SECKILL_RATE_PER_IP)
+    ip = client_ip(request) if ip_rate else None
+    return TrafficLimits(
+        scope,
+        RateLimit(f"seckill:rl:{scope}:user", *user_rate) if user_rate else None,
+        RateLimit(f"seckill:rl:{scope}:ip:{_ip_bucket(ip)}", *ip_rate) if ip_rate and ip else None,
+    )
+
+
+def _limits_remembered(limits: TrafficLimits, user_id: int) -> None:
+    """Over a limit until its window ends, as this process remembers: 429 without Redis."""
+    for memory_key in (limits.user_memory(user_id), limits.per_address and limits.per_address.name):
+        left = limited_for(memory_key) if memory_key else None
+        if left is not None:
+            raise _rate_limited(left)
+
+
+def _limits_verdict(limits: TrafficLimits, reply: GateReply, user_id: int) -> None:
+    """The gate script's answer: 429 (remembered until the window ends) or on."""
+    if reply.over == GATE_OVER_USER:
+        memory_key = limits.user_memory(user_id)
+    elif reply.over == GATE_OVER_ADDRESS:
+        memory_key = limits.per_address.name
+    else:
+        return
+    limited_remember(memory_key, reply.ms_left / 1000)
+    raise _rate_limited(reply.ms_left / 1000)
+
+
+def _gate_call(limits: TrafficLimits, *, token: str | None, user_id: int | None, count: bool) -> GateReply | None:
+    """One call to the cache Redis: the token's lookup (``token``) and/or the count
+    against the limits (``count``). None when Redis is away: the request goes on (the
+    database fallback that serves purchases meanwhile has a strict concurrency cap)."""
     if redis_away():
-        return
+        return None
     try:
-        usage = get_usage(request, group=group, key=lambda _g, _r: value, rate=rate, increment=True)
-    except (ConnectionInterrupted, redis.RedisError) as exc:
-        # The limiter's Redis is away: let the request on (the stock path answers busy if it must).
-        logger.warning("rate limit %s not checked: %s", group, exc)
+        return run_shopper_gate(
+            gate_redis(),
+            token_entry=token_shared_key(token) if token else limits.scope,
+            user_id=user_id,
+            count=count,
+            per_user=limits.per_user,
+            per_address=limits.per_address,
+        )
+    except redis.RedisError as exc:
+        logger.warning("rate limits of %s not checked: %s", limits.scope, exc)
+        return None
+
+
+def traffic_limits_check(limits: TrafficLimits, *, user_id: int) -> None:
+    """Per-user then per-address limits of a shopper whose id is known."""
+    if not limits.any:
         return
-    if usage is not None and usage["should_limit"]:
-        limited_remember(memory_key, usage["time_left"])
-        raise _rate_limited(usage["time_left"])
+    _limits_remembered(limits, user_id)
+    reply = _gate_call(limits, token=None, user_id=user_id, count=True)
+    if reply is not None:
+        _limits_verdict(limits, reply, user_id)
 
 
 def traffic_limit_check(request, *, scope: str, user_id: int, rate_per_user: str, rate_per_ip: str) -> None:
-    """Per-user then per-IP limits (django-ratelimit, fixed windows in the cache Redis)."""
-    user_rate = _rate(rate_per_user, settings.SECKILL_RATE_PER_USER)
-    if user_rate:
-        _limit(request, group=f"{scope}:user", value=str(user_id), rate=user_rate)
-    ip_rate = _rate(rate_per_ip, settings.SECKILL_RATE_PER_IP)
-    ip = client_ip(request) if ip_rate else None
-    if ip_rate and ip:
-        _limit(request, group=f"{scope}:ip", value=_ip_bucket(ip), rate=ip_rate)
+    """Per-user then per-address limits (fixed windows in the cache Redis)."""
+    limits = traffic_limits(request, scope=scope, rate_per_user=rate_per_user, rate_per_ip=rate_per_ip)
+    traffic_limits_check(limits, user_id=user_id)
+
+
+def token_shopper_limited(limits: TrafficLimits, *, token: str, count: bool) -> int:
+    """The user id of an API token, and (``count``) the limits counted and checked, in
+    one round trip for a shopper this process has not met yet (the shared token cache and
+    the counters live in the same Redis). Raises AuthenticationFailed for an unknown
+    token, ApiError 429 when over a limit."""
+    known = token_known(token)
+    if known is not None:
+        if count:
+            traffic_limits_check(limits, user_id=known.user_id)
+        return known.user_id
+    count = count and limits.any
+    reply = _gate_call(limits, token=token, user_id=None, count=count)
+    if reply is None or reply.shopper is None:
+        # Not in the shared cache (or Redis away): the database, then the limits on their own.
+        user_id = token_shopper(token).user_id
+        if count and reply is not None:
+            traffic_limits_check(limits, user_id=user_id)
+        return user_id
+    user_id = token_shopper_from_entry(token, reply.shopper).user_id
+    _limits_verdict(limits, reply, user_id)
+    return user_id
 
 
 def purchase_admission_check(activity: ActivitySnapshot) -> None:
@@ -203,14 +285,14 @@ def purchase_admission_check(activity: ActivitySnapshot) -> None:
         raise _rate_limited(wait_ms / 1000, "The sale is very busy; please try again.")
 
 
-def purchase_rate_check(request, *, activity: ActivitySnapshot, user_id: int) -> None:
-    traffic_limit_check(
-        request,
-        scope=f"purchase:{activity.id}",
-        user_id=user_id,
-        rate_per_user=activity.rate_per_user,
-        rate_per_ip=activity.rate_per_ip,
+def purchase_limits(request, activity: ActivitySnapshot) -> TrafficLimits:
+    return traffic_limits(
+        request, scope=f"purchase:{activity.id}", rate_per_user=activity.rate_per_user, rate_per_ip=activity.rate_per_ip
     )
+
+
+def purchase_rate_check(request, *, activity: ActivitySnapshot, user_id: int) -> None:
+    traffic_limits_check(purchase_limits(request, activity), user_id=user_id)
     purchase_admission_check(activity)
 
 
@@ -254,12 +336,17 @@ def purchase_captcha_check(activity: ActivitySnapshot, *, user_id: int, body: Pu
 # --- the front gates, before DRF ---------------------------------------------------------
 
 
-def purchase_front_check(request, *, activity: ActivitySnapshot, user_id: int, body: PurchaseBody, now) -> None:
-    """Time window, token, sold-out memory, rate limits: the checks that turn most of a
-    flash crowd away, in API.md's order."""
+def purchase_local_check(activity: ActivitySnapshot, *, body: PurchaseBody, now) -> None:
+    """Time window, token, sold-out memory: what this process decides alone."""
     purchase_window_check(activity, now)
     purchase_token_check(activity, body.token, now)
     purchase_sold_out_check(activity)
+
+
+def purchase_front_check(request, *, activity: ActivitySnapshot, user_id: int, body: PurchaseBody, now) -> None:
+    """Time window, token, sold-out memory, rate limits: the checks that turn most of a
+    flash crowd away, in API.md's order."""
+    purchase_local_check(activity, body=body, now=now)
     purchase_rate_check(request, activity=activity, user_id=user_id)
 
 
@@ -296,14 +383,28 @@ def purchase_front_gates(request, *, activity_id: int) -> FrontPassed | None:
     if len(auth) != 2 or auth[0].lower() != "token":
         return None
     try:
-        user_id = token_shopper(auth[1]).user_id
         data = json.loads(request.body)
-    except (AuthenticationFailed, ValueError, RecursionError):  # the full view answers these
+    except (ValueError, RecursionError):  # the full view answers these
         return None
     activity = activity_snapshot(activity_id)
     if activity is None:
         return None
-    body = purchase_body_parse(data, activity=activity)
+    # API.md's order is token (401) → body (400) → window and token (403) → rate limits
+    # (429). The checks this process decides alone run first and their answer waits for
+    # the token's: that way the token lookup and the count against the limits are one
+    # round trip, and a request refused before the limits is not counted.
     now = timezone.now()
-    purchase_front_check(request, activity=activity, user_id=user_id, body=body, now=now)
+    refused = body = None
+    try:
+        body = purchase_body_parse(data, activity=activity)
+        purchase_local_check(activity, body=body, now=now)
+    except ApiError as exc:
+        refused = exc
+    try:
+        user_id = token_shopper_limited(purchase_limits(request, activity), token=auth[1], count=refused is None)
+    except AuthenticationFailed:
+        return None  # the full view answers 401
+    if refused is not None:
+        raise refused
+    purchase_admission_check(activity)
     return FrontPassed(activity, user_id, body, now)

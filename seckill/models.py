@@ -17,7 +17,7 @@ RATE_RE = re.compile(r"^\d+/\d*[smhd]$")
 
 
 def validate_rate(value: str) -> None:
-    """A django-ratelimit rate ("10/s", "100/5m") or "off"."""
+    """A rate ("10/s", "100/5m": requests per fixed window, seckill.gates.rate_parse) or "off"."""
     if value and value != "off" and not RATE_RE.match(value):
         raise ValidationError(_('Enter a rate such as "10/s" or "600/m", or "off".'))
 

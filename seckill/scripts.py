@@ -35,6 +35,7 @@ SHARD_RETURN = _load("shard_return")
 # Sharded stock: shards tried per purchase before "sold out" (a random one, then two more).
 SHARD_TRIES = 3
 ADMISSION = _load("admission")
+SHOPPER_GATE = _load("shopper_gate")
 
 
 class ScriptCode:
@@ -203,6 +204,47 @@ def run_admission(client: redis.Redis, keys: ActivityKeys, *, rate: int, burst: 
     """Take one token from the activity's admission bucket: (admitted, ms until one is there)."""
     admitted, wait_ms = ADMISSION(keys=[keys.admission], args=[rate, burst], client=client)
     return bool(admitted), int(wait_ms)
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``count`` requests per fixed window of ``seconds``, counted under ``name``
+    (the per-user one: ``name:<user id>``)."""
+
+    name: str
+    count: int
+    seconds: int
+
+
+@dataclass(frozen=True)
+class GateReply:
+    shopper: str | None  # the token's cache entry ("user_id:username"), or the id given; None: not cached
+    over: int  # 0, or which limit is over: 1 per user, 2 per address
+    ms_left: int  # until that limit's window ends
+
+
+GATE_OVER_USER, GATE_OVER_ADDRESS = 1, 2
+
+
+def run_shopper_gate(
+    client: redis.Redis,
+    *,
+    token_entry: str,
+    user_id: int | None,
+    count: bool,
+    per_user: RateLimit | None,
+    per_address: RateLimit | None,
+) -> GateReply:
+    """The token lookup (when ``user_id`` is None) and the rate limits (when ``count``)
+    in one call to the cache Redis; see lua/shopper_gate.lua."""
+    args = ["" if user_id is None else user_id, "1" if count else "0"]
+    args += [per_user.name, per_user.count, per_user.seconds] if per_user else ["", 0, 1]
+    args += [per_address.name, per_address.count, per_address.seconds] if per_address else ["", 0, 1]
+    with script_timer("shopper_gate"):
+        shopper, over, ms_left = SHOPPER_GATE(keys=[token_entry], args=args, client=client)
+    if isinstance(shopper, bytes):
+        shopper = shopper.decode()
+    return GateReply(None if shopper is None else str(shopper), int(over), int(ms_left))
 
 
 @dataclass(frozen=True)

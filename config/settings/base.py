@@ -265,16 +265,13 @@ SECKILL_EXPIRY_SWEEP_INTERVAL = env.float("SECKILL_EXPIRY_SWEEP_INTERVAL", defau
 SECKILL_AUTO_WARMUP_LEAD = env.int("SECKILL_AUTO_WARMUP_LEAD", default=300)
 
 # --- Traffic gates (seckill.gates; docs/GATES.md) ------------------------------------
-# Per-shopper and per-client-address purchase limits (django-ratelimit rates such as
-# "10/s" or "600/m"; "off" disables). Each activity may override them in admin. The
-# per-IP limit is off by default: behind a proxy without SECKILL_TRUSTED_PROXY_HEADER
-# every shopper would share the proxy's address.
+# Per-shopper and per-client-address purchase limits: fixed windows in the cache Redis
+# (rates such as "10/s", "600/m" or "100/5m"; "off" disables; checked at start-up). Each
+# activity may override them in admin. The per-IP limit is off by default: behind a proxy
+# without SECKILL_TRUSTED_PROXY_HEADER every shopper would share the proxy's address.
+# Redis away: requests go on (the database path has its own strict cap).
 SECKILL_RATE_PER_USER = env("SECKILL_RATE_PER_USER", default="10/s")
 SECKILL_RATE_PER_IP = env("SECKILL_RATE_PER_IP", default="off")
-RATELIMIT_USE_CACHE = "default"
-# The limiter's Redis away (the cache ignores the error and counts nothing): let requests
-# on, as seckill.gates does for other Redis errors, rather than 429 every shopper.
-RATELIMIT_FAIL_OPEN = True
 # The header a trusted proxy or CDN writes the client address into (e.g. X-Forwarded-For),
 # and how many trusted proxies append to it; unset: the socket address is the client.
 SECKILL_TRUSTED_PROXY_HEADER = env("SECKILL_TRUSTED_PROXY_HEADER", default="")
