@@ -3,7 +3,8 @@
 Each check raises ApiError; PurchaseApi runs them in the order API.md gives:
 body → time window → token → (this process's sold-out memory) → rate limits (429)
 → blacklist, eligibility, captcha (403). Cheap checks first: the sold-out memory costs
-nothing, a rate limit a Redis round trip or two, eligibility a cached read.
+nothing, the rate limits one call of lua/shopper_gate.lua (which also looks up the API
+token of a shopper this process has not met), eligibility a cached read.
 """
 
 import hmac
