@@ -276,7 +276,7 @@ class Bench:
     )
 
     def gates(self, c: int) -> None:
-        """Issue 5's 429s: the per-shopper and per-address limits (django-ratelimit) and the
+        """Issue 5's 429s: the per-shopper and per-address limits (fixed windows, lua/shopper_gate.lua) and the
         activity's admission cap (token bucket), each on an activity with stock to spare."""
         for name, gates in self.GATES:
             activity = activity_new(title=f"bench {name} c={c}", stock=BIG_STOCK, **gates)
