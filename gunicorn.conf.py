@@ -44,6 +44,14 @@ def when_ready(server):
         import orders.tasks  # noqa: F401
     except Exception as exc:  # the workers import it themselves then
         server.log.warning("pre-import of the URLconf failed: %s", exc)
+    if os.environ.get("GUNICORN_GC_FREEZE", "true").lower() in ("1", "true", "yes"):
+        # Everything imported so far lives as long as the process: out of the collector's
+        # sight, a full collection in a worker scans only what requests allocated (shorter
+        # pauses, the purchase's tail latency), and the pages stay shared after the fork.
+        import gc
+
+        gc.collect()
+        gc.freeze()
 
 
 def post_worker_init(worker):
