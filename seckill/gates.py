@@ -214,7 +214,7 @@ def _gate_call(limits: TrafficLimits, *, token: str | None, user_id: int | None,
     try:
         return run_shopper_gate(
             gate_redis(),
-            token_entry=token_shared_key(token) if token else limits.scope,
+            token_entry=token_shared_key(token) if token else limits.scope,  # (not read when the id is given)
             user_id=user_id,
             count=count,
             per_user=limits.per_user,
