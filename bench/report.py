@@ -133,6 +133,12 @@ def tables(payload: dict) -> str:
             f"{_fmt(r.get('system_cpu_ms_per_req'), 3)} |"
         )
     lines.append("")
+    noted = [r for r in rows if r.get("note")]
+    if noted:
+        lines.append("Notes on single runs:")
+        lines.append("")
+        lines += [f"- {r['scenario']}, c={r['connections']}: {r['note']}" for r in noted]
+        lines.append("")
     split = [r for r in rows if r.get("cpu_split_ms")]
     if split:
         lines.append("System CPU per answer, by process (ms):")

@@ -41,6 +41,17 @@ class WrkResult:
     def count(self, *prefixes: str) -> int:
         return sum(n for code, n in self.statuses.items() if code.startswith(prefixes))
 
+    @property
+    def lopsided(self) -> str:
+        """The keep-alive imbalance: wrk keeps its connections, a gthread worker keeps those
+        it accepted, and now and then one gunicorn process holds most of them and the other
+        idles. Non-empty (the two busiest processes' cores) when one did over twice the work."""
+        wall = self.extra.get("wall") or 0
+        busiest = sorted(self.extra.get("server_cpu_by_pid", []), reverse=True)[:2]
+        if wall and len(busiest) == 2 and busiest[0] > 2 * busiest[1] and busiest[0] / wall > 0.5:
+            return f"gunicorn processes at {busiest[0] / wall:.2f} and {busiest[1] / wall:.2f} cores"
+        return ""
+
 
 def wrk_run(
     *,
@@ -83,6 +94,7 @@ def wrk_run(
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     server_before = cpu_seconds(server_pids or [])
+    by_pid_before = {pid: cpu_seconds([pid]) for pid in server_pids or []}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
 
@@ -115,6 +127,7 @@ def wrk_run(
     wall = (finished_at or time.monotonic()) - started
     stop.set()
     server_cpu = cpu_seconds(server_pids or []) - server_before
+    by_pid = [cpu_seconds([pid]) - before for pid, before in by_pid_before.items()]
     children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     wrk_seconds = (children_after.ru_utime - children_before.ru_utime) + (
         children_after.ru_stime - children_before.ru_stime
@@ -134,5 +147,5 @@ def wrk_run(
         latency_us=data["latency_us"],
         wrk_cpu=wrk_seconds / wall if wall else 0.0,
         server_cpu=server_cpu / wall if wall else 0.0,
-        extra={"wall": wall, "finished_by_script": finished_at is not None},
+        extra={"wall": wall, "finished_by_script": finished_at is not None, "server_cpu_by_pid": by_pid},
     )
