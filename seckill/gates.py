@@ -395,6 +395,10 @@ def purchase_front_gates(request, *, activity_id: int) -> FrontPassed | None:
     # the token's: that way the token lookup and the count against the limits are one
     # round trip, and a request refused before the limits is not counted.
     now = timezone.now()
+    if not activity.purchase_token and activity.phase_at(now) == Activity.Phase.LIVE:
+        # Started, and the start task has not made the token yet: the first caller makes
+        # it, after authentication (the full view's order), not before.
+        return None
     refused = body = None
     try:
         body = purchase_body_parse(data, activity=activity)

@@ -98,3 +98,18 @@ def test_rates_parse_and_a_bad_setting_stops_the_start_up():
     assert errors[0].level == checks.ERROR
     with override_settings(SECKILL_RATE_PER_USER="off", SECKILL_RATE_PER_IP="5/s"):
         assert rates_check() == []
+
+
+def test_right_after_the_start_an_unknown_token_does_not_make_the_purchase_token():
+    """The start task makes the purchase token; if it has not yet, the first purchase does,
+    but only once its own API token is known to be good."""
+    from seckill.models import Activity
+
+    activity = make_activity(stock=5)  # live, warmed, no purchase token yet
+    assert not Activity.objects.get(pk=activity.pk).purchase_token
+    assert _buy("f" * 40, activity, {"token": "anything"}).status_code == 401
+    assert not Activity.objects.get(pk=activity.pk).purchase_token
+    (user,) = make_users(1, prefix="first")
+    response = _buy(token_of(user), activity, {"token": "anything"})
+    assert response.json()["code"] == "bad_token"  # the token exists now, and it is not "anything"
+    assert Activity.objects.get(pk=activity.pk).purchase_token
