@@ -35,3 +35,16 @@ def test_database_direct_purchase_sells_the_stock_once_without_redis():
     assert Order.objects.filter(activity=activity).count() == 3
     assert SeckillStock.objects.get(activity=activity).available == 0
     assert stock_redis().get(ActivityKeys(activity.pk).stock) is None  # never warmed, never touched
+
+
+def test_the_bench_tells_a_lopsided_run_from_a_balanced_one():
+    """The keep-alive imbalance: one gunicorn process did most of the work (bench/wrkrun.py)."""
+    from bench.wrkrun import WrkResult
+
+    def run(by_pid):
+        return WrkResult(1000, 10.0, {}, {}, {}, 0.1, extra={"wall": 10.0, "server_cpu_by_pid": by_pid})
+
+    assert run([8.5, 8.2, 0.1]).lopsided == ""  # both workers busy, the master idle
+    assert run([9.0, 2.0, 0.1]).lopsided == "gunicorn processes at 0.90 and 0.20 cores"
+    assert run([3.0, 0.5]).lopsided == ""  # a light run: under half a core, nothing to tell
+    assert run([]).lopsided == ""
