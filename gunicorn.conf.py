@@ -9,8 +9,8 @@ the figures behind each choice.
 import os
 
 bind = os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
-# Threaded workers, one process per core: a purchase waits on three short round trips
-# (PostgreSQL for a new shopper's token, Redis for the rate limit and the Lua script);
+# Threaded workers, one process per core: a purchase waits on two short round trips
+# (Redis: the gate script with a new shopper's token and the rate limits, the Lua script);
 # a sync worker sleeps through each, paying a process switch and a cold cache per wait,
 # while a thread hands the core to another request in the same process. Keep-alive
 # connections also spare a TCP set-up and close per request. Measured side by side:
