@@ -164,14 +164,15 @@ def token_shared_forget(keys: Iterable[str]) -> None:
         get_redis_connection("default").delete(*names)
 
 
-def token_shopper(key: str) -> TokenShopper:
-    """The shopper of an API token; raises AuthenticationFailed as DRF would."""
+def token_shopper(key: str, *, shared_read: bool = True) -> TokenShopper:
+    """The shopper of an API token; raises AuthenticationFailed as DRF would.
+    ``shared_read=False``: the caller has just read the shared cache (the gate script)."""
     known = token_known(key)
     if known is not None:
         return known
     # A miss is the first request of a shopper in this process: in a flood that is most
     # requests. The shared cache answers most; else one plain SQL statement, not an ORM query.
-    known = _shared_get(key)
+    known = _shared_get(key) if shared_read else None
     if known is None:
         with connection.cursor() as cursor:
             cursor.execute(_token_user_sql(), [key])

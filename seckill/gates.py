@@ -255,7 +255,7 @@ def token_shopper_limited(limits: TrafficLimits, *, token: str, count: bool) -> 
     reply = _gate_call(limits, token=token, user_id=None, count=count)
     if reply is None or reply.shopper is None:
         # Not in the shared cache (or Redis away): the database, then the limits on their own.
-        user_id = token_shopper(token).user_id
+        user_id = token_shopper(token, shared_read=False).user_id
         if count and reply is not None:
             traffic_limits_check(limits, user_id=user_id)
         return user_id

@@ -8,7 +8,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from seckill.apps import rates_check
-from seckill.authentication import token_cache_clear, token_shared_fill
+from seckill.authentication import SHARED_PREFIX, token_cache_clear, token_shared_fill
 from seckill.gates import rate_parse
 from seckill.keys import ActivityKeys
 from seckill.redis_client import stock_redis
@@ -57,6 +57,24 @@ def test_a_shopper_new_to_the_process_buys_in_two_redis_calls(redis_calls):
     # One gate call (token lookup + rate-limit count) and one stock script call each.
     assert redis_calls == ["EVALSHA", "EVALSHA"] * len(keys), redis_calls
     assert stock_redis().hlen(ActivityKeys(activity.pk).users) == 21
+
+
+@override_settings(SECKILL_RATE_PER_USER="3/h")
+def test_a_token_missing_from_the_shared_cache_is_read_there_once(redis_calls):
+    """The gate script found no entry: the database answers, the entry is written (a
+    pipeline), the limits are counted; the shared cache is not read a second time."""
+    activity = make_activity(stock=5)
+    users = make_users(2, prefix="notshared")  # bulk-created: not in the shared cache
+    token = activity_token_ensure(activity_id=activity.pk)
+    stock_redis().set(ActivityKeys(activity.pk).drain, 1, px=600_000)  # no drain kick
+    assert _buy(token_of(users[0]), activity, {"token": token}).status_code == 202  # activity cached here
+    key = token_of(users[1])
+    token_cache_clear()
+    redis_calls.clear()
+    assert _buy(key, activity, {"token": token}).status_code == 202
+    # Gate (lookup: miss), gate (count), stock script.
+    assert redis_calls == ["EVALSHA", "EVALSHA", "EVALSHA"], redis_calls
+    assert gate_redis().keys(f"{SHARED_PREFIX}*")  # written for the next process
 
 
 @override_settings(SECKILL_RATE_PER_USER="2/h")
