@@ -16,11 +16,12 @@ from .captcha import captcha_issue
 from .errors import ApiError, api_error_of
 from .gates import (
     FrontPassed,
+    activity_limits,
     purchase_body_parse,
     purchase_front_check,
     purchase_front_gates,
     purchase_shopper_check,
-    traffic_limit_check,
+    traffic_limits_check,
 )
 from .models import Activity
 from .selectors import ActivitySnapshot, activity_snapshot, purchase_result, redis_remaining_many
@@ -147,13 +148,7 @@ class CaptchaApi(APIView):
     @extend_schema(request=None, responses={201: CaptchaSerializer, 401: _ERR, 404: _ERR, 429: _ERR, 503: _ERR})
     def post(self, request, activity_id: int):
         activity = snapshot_or_404(activity_id)
-        traffic_limit_check(
-            request,
-            scope=f"captcha:{activity.id}",
-            user_id=request.user.pk,
-            rate_per_user=activity.rate_per_user,
-            rate_per_ip=activity.rate_per_ip,
-        )
+        traffic_limits_check(activity_limits(request, activity, endpoint="captcha"), user_id=request.user.pk)
         challenge = captcha_issue(activity_id=activity.id, user_id=request.user.pk)
         return Response(CaptchaSerializer(challenge).data, status=201, headers=NO_STORE)
 

@@ -173,11 +173,13 @@ class TrafficLimits:
         return f"{self.scope}:user:{user_id}"
 
 
-def traffic_limits(request, *, scope: str, rate_per_user: str, rate_per_ip: str) -> TrafficLimits:
-    """The limits that apply (an activity's own rates, else the settings; "off" disables)."""
-    user_rate = rate_parse(rate_per_user or settings.SECKILL_RATE_PER_USER)
-    ip_rate = rate_parse(rate_per_ip or settings.SECKILL_RATE_PER_IP)
+def activity_limits(request, activity: ActivitySnapshot, *, endpoint: str) -> TrafficLimits:
+    """The limits of one endpoint of an activity ("purchase", "captcha": counted apart):
+    the activity's own rates, else the settings; "off" disables."""
+    user_rate = rate_parse(activity.rate_per_user or settings.SECKILL_RATE_PER_USER)
+    ip_rate = rate_parse(activity.rate_per_ip or settings.SECKILL_RATE_PER_IP)
     ip = client_ip(request) if ip_rate else None
+    scope = f"{endpoint}:{activity.id}"
     return TrafficLimits(
         scope,
         RateLimit(f"seckill:rl:{scope}:user", *user_rate) if user_rate else None,
@@ -235,12 +237,6 @@ def traffic_limits_check(limits: TrafficLimits, *, user_id: int) -> None:
         _limits_verdict(limits, reply, user_id)
 
 
-def traffic_limit_check(request, *, scope: str, user_id: int, rate_per_user: str, rate_per_ip: str) -> None:
-    """Per-user then per-address limits (fixed windows in the cache Redis)."""
-    limits = traffic_limits(request, scope=scope, rate_per_user=rate_per_user, rate_per_ip=rate_per_ip)
-    traffic_limits_check(limits, user_id=user_id)
-
-
 def token_shopper_limited(limits: TrafficLimits, *, token: str, count: bool) -> int:
     """The user id of an API token, and (``count``) the limits counted and checked, in
     one round trip for a shopper this process has not met yet (the shared token cache and
@@ -286,14 +282,8 @@ def purchase_admission_check(activity: ActivitySnapshot) -> None:
         raise _rate_limited(wait_ms / 1000, "The sale is very busy; please try again.")
 
 
-def purchase_limits(request, activity: ActivitySnapshot) -> TrafficLimits:
-    return traffic_limits(
-        request, scope=f"purchase:{activity.id}", rate_per_user=activity.rate_per_user, rate_per_ip=activity.rate_per_ip
-    )
-
-
 def purchase_rate_check(request, *, activity: ActivitySnapshot, user_id: int) -> None:
-    traffic_limits_check(purchase_limits(request, activity), user_id=user_id)
+    traffic_limits_check(activity_limits(request, activity, endpoint="purchase"), user_id=user_id)
     purchase_admission_check(activity)
 
 
@@ -406,7 +396,9 @@ def purchase_front_gates(request, *, activity_id: int) -> FrontPassed | None:
     except ApiError as exc:
         refused = exc
     try:
-        user_id = token_shopper_limited(purchase_limits(request, activity), token=auth[1], count=refused is None)
+        user_id = token_shopper_limited(
+            activity_limits(request, activity, endpoint="purchase"), token=auth[1], count=refused is None
+        )
     except AuthenticationFailed:
         return None  # the full view answers 401
     if refused is not None:

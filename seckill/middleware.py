@@ -56,16 +56,19 @@ class DatabaseAwayMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request, exception):
-        from django.db import InterfaceError, OperationalError
         from django.http import HttpResponse
 
-        if not isinstance(exception, (OperationalError, InterfaceError)):
+        from .errors import DATABASE_AWAY, busy
+
+        if not isinstance(exception, DATABASE_AWAY):
             return None
         logger.warning("page %s: the database is away: %s", request.path, exception)
+        away = busy()  # the API's answer in this case, as a page
         response = HttpResponse(
             "The shop is busy just now; please try again in a moment.\n",
-            status=503,
+            status=away.status,
             content_type="text/plain; charset=utf-8",
         )
-        response["Retry-After"] = "2"
+        for name, value in away.headers().items():
+            response[name] = value
         return response
