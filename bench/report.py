@@ -133,18 +133,11 @@ def tables(payload: dict) -> str:
             f"{_fmt(r.get('system_cpu_ms_per_req'), 3)} |"
         )
     lines.append("")
-    noted = [r for r in rows if r.get("note")]
-    if noted:
-        lines.append("Notes on single runs:")
-        lines.append("")
-        lines += [f"- {r['scenario']}, c={r['connections']}: {r['note']}" for r in noted]
-        lines.append("")
-    split = [r for r in rows if r.get("cpu_split_ms")]
-    if split:
-        lines.append("System CPU per answer, by process (ms):")
-        lines.append("")
-        lines += [f"- {r['scenario']}, c={r['connections']}: {r['cpu_split_ms']}" for r in split]
-        lines.append("")
+    lists = (("note", "Notes on single runs:"), ("cpu_split_ms", "System CPU per answer, by process (ms):"))
+    for field, title in lists:
+        having = [r for r in rows if r.get(field)]
+        if having:
+            lines += [title, "", *(f"- {r['scenario']}, c={r['connections']}: {r[field]}" for r in having), ""]
     other = [r for r in rows if r.get("rps") is None]
     if other:
         lines += ["| scenario | figures | oversell | invariants |", "|---|---|---:|---|"]

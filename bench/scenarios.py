@@ -75,13 +75,15 @@ class Bench:
         """One measured wrk run. ``repeatable`` (the answers do not depend on what ran
         before: the bare view, rejections): a run the keep-alive imbalance hit is made
         again once; a run that cannot be repeated is marked (the "note" of its row)."""
-        result = wrk_run(base=self.base, seconds=self.args.seconds, label=label, server_pids=self.web.pids(), **kwargs)
-        if result.lopsided and repeatable:
+
+        def run() -> WrkResult:
+            pids = self.web.pids()
+            return wrk_run(base=self.base, seconds=self.args.seconds, label=label, server_pids=pids, **kwargs)
+
+        result = run()
+        if repeatable and result.lopsided:
             say(f"{label}: keep-alive imbalance ({result.lopsided}); measuring it again")
-            first = result.lopsided
-            result = wrk_run(
-                base=self.base, seconds=self.args.seconds, label=label, server_pids=self.web.pids(), **kwargs
-            )
+            first, result = result.lopsided, run()
             result.extra["repeated_after"] = first
         return result
 
@@ -274,17 +276,7 @@ class Bench:
                 break
         else:
             raise AssertionError(f"activity {activity.pk} did not sell out")
-        result = self.wrk(
-            f"purchase after sold out c={c}",
-            method="POST",
-            path=path,
-            connections=c,
-            tokens_file=self.soldout_tokens,
-            body=body,
-            repeatable=True,
-        )
-        self.orders_drained(activity.pk)
-        self.row("purchase (sold out)", c, result, **self.checked(activity.pk))
+        self.rejections("purchase (sold out)", c, activity)
 
     GATES = (
         ("rate limited (per shopper)", {"rate_per_user": "1/h", "rate_per_ip": "off"}),
@@ -314,17 +306,22 @@ class Bench:
                 once=True,
                 label=f"using up the allowance c={c}",
             )
-            result = self.wrk(
-                f"{name} c={c}",
-                method="POST",
-                path=path,
-                connections=c,
-                tokens_file=self.soldout_tokens,
-                body=body,
-                repeatable=True,
-            )
-            self.orders_drained(activity.pk)
-            self.row(name, c, result, **self.checked(activity.pk))
+            self.rejections(name, c, activity)
+
+    def rejections(self, name: str, c: int, activity) -> None:
+        """The measured run of a scenario answered with refusals: the retrying shoppers
+        against an activity that turns them away (sold out, over a limit)."""
+        result = self.wrk(
+            f"{name} c={c}",
+            method="POST",
+            path=f"/api/activities/{activity.pk}/purchase",
+            connections=c,
+            tokens_file=self.soldout_tokens,
+            body=self.purchase_body(activity),
+            repeatable=True,
+        )
+        self.orders_drained(activity.pk)
+        self.row(name, c, result, **self.checked(activity.pk))
 
     def naive(self, c: int) -> None:
         activity = activity_new(title=f"bench db-direct c={c}", stock=BIG_STOCK, warm=False)
