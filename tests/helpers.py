@@ -197,3 +197,50 @@ def start_gunicorn(
     wait_until(answers, timeout=60, what="gunicorn to answer")
     assert process.alive(), f"gunicorn died:\n{process.log()[-3000:]}"
     return process, base
+
+
+def shopping_while_rewarming(activity_id: int, shop: Callable, chunks: list, *, timeout: float = 180) -> list:
+    """Run ``shop(chunk)`` for every chunk, each on a thread of its own, while another
+    thread forces re-warms of the activity in a loop (one more once the shoppers are done).
+    Returns the re-warms' outcomes in order: a WarmupResult, or the WarmupError "the stock
+    kept changing" (a refusal, never a wrong write). Any other exception of any thread
+    fails the test."""
+    import threading
+
+    from django.db import connection
+
+    from seckill.services import WarmupError, activity_warmup
+
+    done, errors, outcomes = threading.Event(), [], []
+
+    def guarded(work):
+        try:
+            work()
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def rewarm_loop():
+        while True:
+            finished = done.is_set()  # one more round after the shoppers are done
+            try:
+                outcomes.append(activity_warmup(activity_id=activity_id, force=True))
+            except WarmupError as exc:
+                assert "kept changing" in str(exc), exc
+                outcomes.append(exc)
+            if finished:
+                return
+
+    rewarmer = threading.Thread(target=guarded, args=(rewarm_loop,))
+    shoppers = [threading.Thread(target=guarded, args=(lambda c=chunk: shop(c),)) for chunk in chunks]
+    rewarmer.start()
+    for t in shoppers:
+        t.start()
+    for t in shoppers:
+        t.join(timeout)
+    done.set()
+    rewarmer.join(timeout)
+    assert not errors, errors
+    assert not rewarmer.is_alive() and not any(t.is_alive() for t in shoppers), "threads still running"
+    return outcomes

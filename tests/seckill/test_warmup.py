@@ -5,14 +5,12 @@ twice, nothing is oversold, the identities hold.
 """
 
 import json
-import threading
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
-from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
@@ -27,10 +25,11 @@ from seckill.reconciliation import REPORT_CONTRACT_KEYS, reconcile
 from seckill.redis_client import stock_redis
 from seckill.reservations import reservations_pending
 from seckill.selectors import redis_remaining
-from seckill.services import WarmupError, WarmupResult, activity_token_ensure, activity_warmup, reservations_drain
+from seckill.services import WarmupResult, activity_token_ensure, reservations_drain
 from seckill.tasks import activities_autowarm_task
 
 from ..factories import make_activity, make_users, token_of
+from ..helpers import shopping_while_rewarming
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -165,48 +164,16 @@ def test_forced_rewarm_during_a_live_sale_never_oversells():
     users = make_users(120)
     token = activity_token_ensure(activity_id=activity.pk)
     keys = {u.pk: token_of(u) for u in users}
-    done = threading.Event()
-    rewarms, errors = [], []
-
-    def rewarm_loop():
-        try:
-            while True:
-                finished = done.is_set()  # one more round after the shoppers are done
-                try:
-                    rewarms.append(activity_warmup(activity_id=activity.pk, force=True))
-                except WarmupError as exc:
-                    assert "kept changing" in str(exc), exc  # a refusal, never a wrong write
-                    rewarms.append(exc)
-                if finished:
-                    break
-        except Exception as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
 
     def shop(chunk):
         client = APIClient()
-        try:
-            for user in chunk:
-                client.credentials(HTTP_AUTHORIZATION=f"Token {keys[user.pk]}")
-                url = f"/api/activities/{activity.pk}/purchase"
-                status = client.post(url, {"token": token}, format="json").status_code
-                assert status in (202, 410), status
-        except Exception as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
+        for user in chunk:
+            client.credentials(HTTP_AUTHORIZATION=f"Token {keys[user.pk]}")
+            url = f"/api/activities/{activity.pk}/purchase"
+            status = client.post(url, {"token": token}, format="json").status_code
+            assert status in (202, 410), status
 
-    rewarmer = threading.Thread(target=rewarm_loop)
-    shoppers = [threading.Thread(target=shop, args=(users[i::6],)) for i in range(6)]
-    rewarmer.start()
-    for t in shoppers:
-        t.start()
-    for t in shoppers:
-        t.join(120)
-    done.set()
-    rewarmer.join(120)
-    assert not errors, errors
+    rewarms = shopping_while_rewarming(activity.pk, shop, [users[i::6] for i in range(6)], timeout=120)
     assert isinstance(rewarms[-1], WarmupResult)
 
     reservations_drain(activity_id=activity.pk)
