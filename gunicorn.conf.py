@@ -1,5 +1,5 @@
 """gunicorn's settings, read from the working directory by every gunicorn here: `make run`,
-`make bench`, the tests and production (`gunicorn config.wsgi:application`). Every value
+`make bench`, the tests and production (`gunicorn config.asgi:application`). Every value
 can come from the environment; command-line flags override them.
 
 The defaults are what bench/ measured best on a 2-core machine; docs/BENCHMARKS.md has
@@ -8,16 +8,19 @@ the figures behind each choice.
 
 import os
 
+from config.handlers import web_threads
+
 bind = os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
-# Threaded workers, one process per core: a purchase waits on two short round trips
-# (Redis: the gate script with a new shopper's token and the rate limits, the Lua script);
-# a sync worker sleeps through each, paying a process switch and a cold cache per wait,
-# while a thread hands the core to another request in the same process. Keep-alive
-# connections also spare a TCP set-up and close per request. Measured side by side:
-# docs/BENCHMARKS.md.
+# One process per core, each an uvicorn event loop (uvloop, httptools: HTTP parsed in C)
+# with a thread pool for Django's synchronous views (config/handlers.py). A purchase waits
+# on two short round trips (Redis: the gate script with a new shopper's token and the rate
+# limits, the Lua script); a thread hands the core to another request in the same process
+# meanwhile. Keep-alive connections also spare a TCP set-up and close per request.
+# Measured side by side: docs/BENCHMARKS.md. GUNICORN_WORKER_CLASS=gthread with
+# config.wsgi:application is the threaded WSGI server this replaced.
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
-threads = int(os.environ.get("GUNICORN_THREADS", "16"))
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "uvicorn_worker.UvicornWorker")
+threads = web_threads()  # gthread's; the uvicorn workers' thread pool reads the same variable
 # A flood arrives faster than it is served: let the kernel queue it instead of refusing.
 backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))  # seconds; sync workers close every connection

@@ -54,6 +54,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--shoppers", type=int, default=20_000)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument(
+        "--gil", action="store_true", help="sample only the thread holding the GIL: where the CPU goes, not the waits"
+    )
     parser.add_argument("--flame", default="", help="also write a flame graph SVG here")
     parser.add_argument(
         "--target", choices=["web", "worker"], default="web", help="sample gunicorn (default) or the Celery worker"
@@ -113,6 +116,7 @@ def main(argv: list[str]) -> int:
             "--output",
             str(raw),
             "--nonblocking",
+            *(["--gil"] if args.gil else []),
         ]
         spy = subprocess.Popen(record, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)

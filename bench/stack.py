@@ -119,10 +119,21 @@ def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, check=True)
 
 
-def gunicorn_start(env: dict[str, str], log_dir: Path, port: int, name: str = "gunicorn", **overrides: str) -> Child:
-    child_env = dict(env, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_ACCESS_LOG="")
+# gunicorn's worker class and the application it serves: the production server (uvicorn
+# workers, config/handlers.py) and the threaded WSGI server it replaced, for contrast.
+SERVERS = {
+    "uvicorn": ("uvicorn_worker.UvicornWorker", "config.asgi:application"),
+    "gthread": ("gthread", "config.wsgi:application"),
+}
+
+
+def gunicorn_start(
+    env: dict[str, str], log_dir: Path, port: int, name: str = "gunicorn", server: str = "uvicorn", **overrides: str
+) -> Child:
+    worker_class, application = SERVERS[server]
+    child_env = dict(env, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_ACCESS_LOG="", GUNICORN_WORKER_CLASS=worker_class)
     child_env.update(overrides)
-    argv = [str(BIN / "gunicorn"), "-c", str(BASE_DIR / "gunicorn.conf.py"), "config.wsgi:application"]
+    argv = [str(BIN / "gunicorn"), "-c", str(BASE_DIR / "gunicorn.conf.py"), application]
     child = Child(name, argv, child_env, log_dir)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:

@@ -1,19 +1,52 @@
-"""Two middleware stacks behind one WSGI application (``config.wsgi.application``).
+"""What gunicorn serves: ``config.asgi.application`` (uvicorn workers), and behind it two
+middleware stacks over one URLconf.
 
-A request to the JSON API that authenticates with ``Authorization: Token …`` uses none
-of what a browser's request needs: no session, CSRF (DRF exempts token requests), auth
-middleware (DRF authenticates), locale, messages, static files, login throttling (axes
-guards the login views) or CSP and frame headers (JSON is neither rendered nor framed).
-In a flash sale that is nearly every request, so it runs through the short
-``API_MIDDLEWARE``; everything else through ``MIDDLEWARE``. Same URLconf, same views:
-only the stack around them differs. See docs/BENCHMARKS.md for what it saves.
+**Two stacks.** A request to the JSON API that authenticates with ``Authorization: Token …``
+uses none of what a browser's request needs: no session, CSRF (DRF exempts token
+requests), auth middleware (DRF authenticates), locale, messages, static files, login
+throttling (axes guards the login views) or CSP and frame headers (JSON is neither
+rendered nor framed). In a flash sale that is nearly every request, so it runs through
+the short ``API_MIDDLEWARE``; everything else through ``MIDDLEWARE``. Same URLconf, same
+views: only the stack around them differs (``StackDispatcher``, a WSGI application).
+
+**The server.** uvicorn (uvloop, httptools) parses HTTP in C; Django's views stay
+synchronous and run on a thread pool, as under gunicorn's threaded workers
+(a2wsgi's ``WSGIMiddleware`` runs ``StackDispatcher`` there). Django's own ASGI handler
+is not used: it hops threads several times per request and runs every synchronous view
+on one thread per process (``thread_sensitive``), which measured a third of the threaded
+WSGI server's throughput on the bare view.
+
+**The purchase.** ``PurchaseFastPath`` hands a token-authenticated purchase (the flood)
+to the same API handler — the same middleware instances, the same URL resolution and the
+same view, so every rule keeps its one home — from its own thread-pool call, without
+a2wsgi's per-request machinery (a WSGI environ, a response queue and a second hop back
+to the event loop): that machinery cost as much as the gates themselves.
+docs/BENCHMARKS.md has the figures of each step.
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
+import os
+
 import django
 from django.conf import settings
+from django.core import signals
+from django.core.handlers.asgi import ASGIRequest
+from django.core.handlers.base import BaseHandler
 from django.core.handlers.wsgi import WSGIHandler
+from django.urls import Resolver404, get_resolver, set_script_prefix
+
+# Threads per process for the synchronous views: as many requests as one process has in
+# flight while others wait on Redis or PostgreSQL (and as many database connections).
+DEFAULT_WEB_THREADS = 16
+# The purchase body is a few dozen bytes; a larger one is read by Django's usual path.
+FAST_PATH_MAX_BODY = 4096
+
+
+def web_threads() -> int:
+    return int(os.environ.get("GUNICORN_THREADS") or DEFAULT_WEB_THREADS)
 
 
 class ApiTokenHandler(WSGIHandler):
@@ -30,11 +63,9 @@ class ApiTokenHandler(WSGIHandler):
             settings.MIDDLEWARE = site
 
 
-def is_token_api_request(environ: dict) -> bool:
-    return (
-        environ.get("PATH_INFO", "").startswith("/api/")
-        and environ.get("HTTP_AUTHORIZATION", "")[:6].lower() == "token "
-    )
+def is_token_api_request(meta: dict) -> bool:
+    """A WSGI environ or a request's META: a call to /api/ with an API token."""
+    return meta.get("PATH_INFO", "").startswith("/api/") and meta.get("HTTP_AUTHORIZATION", "")[:6].lower() == "token "
 
 
 class StackDispatcher:
@@ -47,6 +78,97 @@ class StackDispatcher:
         return handler(environ, start_response)
 
 
+class PurchaseFastPath:
+    """ASGI: a token-authenticated purchase goes straight to the API handler on the
+    thread pool; every other request (and a purchase that is not one of those) to
+    ``app``."""
+
+    def __init__(self, app, api: BaseHandler, executor, *, url_name: str):
+        self.app = app
+        self.api = api
+        self.executor = executor
+        self.url_name = url_name
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or not self._is_purchase(scope["path"]):
+            return await self.app(scope, receive, send)
+        body, complete = await _body_read(receive, FAST_PATH_MAX_BODY)
+        if body is None:
+            return  # the client went away
+        request = ASGIRequest(scope, io.BytesIO(body)) if complete else None
+        if request is None or not is_token_api_request(request.META):
+            return await self.app(scope, _replayed(body, complete, receive), send)
+        loop = asyncio.get_running_loop()
+        status, headers, content = await loop.run_in_executor(self.executor, self._respond, request)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    def _is_purchase(self, path: str) -> bool:
+        try:
+            return get_resolver().resolve(path).url_name == self.url_name
+        except Resolver404:
+            return False
+
+    def _respond(self, request: ASGIRequest) -> tuple[int, list, bytes]:
+        """On a pool thread, what WSGIHandler does around get_response: the script prefix,
+        request_started, and the response closed here (request_finished: this thread's
+        database connection is closed if it must be)."""
+        set_script_prefix(request.script_name)
+        signals.request_started.send(sender=self.__class__, scope=request.scope)
+        response = self.api.get_response(request)
+        response._handler_class = self.__class__
+        try:
+            content = b"".join(response)
+        finally:
+            response.close()
+        headers = [(name.encode("ascii"), value.encode("latin1")) for name, value in response.items()]
+        headers += [(b"Set-Cookie", c.output(header="").encode("ascii").strip()) for c in response.cookies.values()]
+        return response.status_code, headers, content
+
+
+async def _body_read(receive, limit: int) -> tuple[bytes | None, bool]:
+    """The request body, up to ``limit`` bytes: (body, complete), or (None, False) when
+    the client disconnected."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None, False
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), True
+        if size > limit:
+            return b"".join(chunks), False
+
+
+def _replayed(body: bytes, complete: bool, receive):
+    """A receive that hands the app what was read already, then the rest."""
+    replayed = False
+
+    async def replay():
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": not complete}
+
+    return replay
+
+
 def get_application() -> StackDispatcher:
+    """The WSGI application (``config.wsgi``): for WSGI servers and in-process tests."""
     django.setup(set_prefix=False)
     return StackDispatcher()
+
+
+def get_asgi_application() -> PurchaseFastPath:
+    """The application gunicorn's uvicorn workers serve (``config.asgi``)."""
+    from a2wsgi import WSGIMiddleware
+
+    from seckill.metrics import PURCHASE_URL_NAME
+
+    stacks = get_application()
+    everything = WSGIMiddleware(stacks, workers=web_threads())
+    return PurchaseFastPath(everything, stacks.api, everything.executor, url_name=PURCHASE_URL_NAME)

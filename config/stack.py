@@ -36,7 +36,7 @@ def processes(env: dict) -> dict[str, list[str]]:
         # Settings from gunicorn.conf.py (workers: WEB_CONCURRENCY); the access log on stdout.
         "web": [
             str(BIN / "gunicorn"),
-            "config.wsgi:application",
+            "config.asgi:application",
             "--bind",
             f"127.0.0.1:{port}",
             "--access-logfile",

@@ -65,7 +65,8 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def http(base: str, method: str, path: str, *, key: str | None = None, body=None, headers: dict | None = None):
     """One request to a real server: (status, JSON body, headers); never raises on an
-    HTTP error status (every answer of the API is JSON, errors included)."""
+    HTTP error status (every answer of the API is JSON, errors included). The headers
+    are looked up case-insensitively, as HTTP's are (uvicorn sends them in lower case)."""
     data = json.dumps(body).encode() if body is not None else None
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     if key:
@@ -73,10 +74,10 @@ def http(base: str, method: str, path: str, *, key: str | None = None, body=None
     request = urllib.request.Request(f"{base}{path}", data=data, headers=all_headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read() or b"null"), dict(response.headers)
+            return response.status, json.loads(response.read() or b"null"), response.headers
     except urllib.error.HTTPError as exc:
         raw = exc.read()
-        return exc.code, (json.loads(raw) if raw else None), dict(exc.headers)
+        return exc.code, (json.loads(raw) if raw else None), exc.headers
 
 
 def purchase(base: str, activity_id: int, key: str, token: str, *, headers: dict | None = None, **extra):
@@ -164,25 +165,26 @@ def start_celery_worker(
 def start_gunicorn(
     log_dir: Path, *, workers: int = 2, threads: int = 1, env: dict | None = None
 ) -> tuple[Process, str]:
-    """The real WSGI server on a free port; returns (process, base URL) once it answers."""
+    """The real server (gunicorn.conf.py: uvicorn workers) on a free port; returns (process,
+    base URL) once it answers."""
     import urllib.request
 
     port = free_port()
     argv = [
         str(BIN / "gunicorn"),
-        "config.wsgi:application",
+        "config.asgi:application",
         "--bind",
         f"127.0.0.1:{port}",
         "--workers",
         str(workers),
-        "--threads",
-        str(threads),
         "--backlog",
         "2048",
         "--timeout",
         "60",
     ]
-    process = Process("gunicorn", argv, env or subprocess_env(), log_dir).start()
+    # The uvicorn workers' thread pool (config.handlers.web_threads).
+    env = dict(env or subprocess_env(), GUNICORN_THREADS=str(threads))
+    process = Process("gunicorn", argv, env, log_dir).start()
     base = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:

@@ -3,6 +3,7 @@ in the structured logs."""
 
 import json
 import urllib.request
+from email.message import Message
 
 import pytest
 from django.conf import settings
@@ -18,14 +19,16 @@ from ..factories import make_activity, make_users, token_of
 from ..helpers import free_port, start_gunicorn, subprocess_env
 
 
-def _request(url: str, *, body: dict | None = None, headers: dict | None = None) -> tuple[int, dict, bytes]:
+def _request(url: str, *, body: dict | None = None, headers: dict | None = None) -> tuple[int, Message, bytes]:
+    """Status, headers (case-insensitive, as HTTP's are: uvicorn sends them in lower case)
+    and body."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, dict(r.headers), r.read()
+            return r.status, r.headers, r.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+        return exc.code, exc.headers, exc.read()
 
 
 def _samples(text: str) -> dict[tuple, float]:
