@@ -66,6 +66,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         " first and the orders trail, as the queue is there for; 0 to share the CPU equally",
     )
     parser.add_argument("--port", type=int, default=0, help="gunicorn port (default: a free one)")
+    parser.add_argument(
+        "--server",
+        choices=sorted(stack.SERVERS),
+        default="uvicorn",
+        help="gunicorn's workers: uvicorn (production, config.asgi) or gthread (the threaded WSGI server it replaced)",
+    )
     parser.add_argument("--out", default=str(BASE_DIR / "docs" / "BENCHMARKS.md"))
     parser.add_argument("--json", default=str(BASE_DIR / "bench" / "results" / "latest.json"))
     parser.add_argument("--no-report", action="store_true", help="print the table only; leave docs/ alone")
@@ -128,7 +134,7 @@ def main(argv: list[str]) -> int:
         from .scenarios import Bench
 
         port = args.port or _free_port()
-        web = stack.gunicorn_start(env, log_dir, port)
+        web = stack.gunicorn_start(env, log_dir, port, server=args.server)
         children.append(web)
         worker = stack.worker_start(env, log_dir, args.celery_concurrency, nice=args.worker_nice)
         children.append(worker)
@@ -140,7 +146,7 @@ def main(argv: list[str]) -> int:
         facts["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         # What gunicorn ran with: gunicorn.conf.py read under this run's environment.
         saved = dict(os.environ)
-        os.environ.update(env)
+        os.environ.update(env, GUNICORN_WORKER_CLASS=stack.SERVERS[args.server][0])
         try:
             conf = runpy.run_path(str(BASE_DIR / "gunicorn.conf.py"))
         finally:

@@ -27,6 +27,7 @@ docs/BENCHMARKS.md has the figures of each step.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import os
 
@@ -104,10 +105,7 @@ class PurchaseFastPath:
         await send({"type": "http.response.body", "body": content})
 
     def _is_purchase(self, path: str) -> bool:
-        try:
-            return get_resolver().resolve(path).url_name == self.url_name
-        except Resolver404:
-            return False
+        return _url_name(path) == self.url_name
 
     def _respond(self, request: ASGIRequest) -> tuple[int, list, bytes]:
         """On a pool thread, what WSGIHandler does around get_response: the script prefix,
@@ -124,6 +122,16 @@ class PurchaseFastPath:
         headers = [(name.encode("ascii"), value.encode("latin1")) for name, value in response.items()]
         headers += [(b"Set-Cookie", c.output(header="").encode("ascii").strip()) for c in response.cookies.values()]
         return response.status_code, headers, content
+
+
+@functools.lru_cache(maxsize=4096)
+def _url_name(path: str) -> str | None:
+    """The URL name of a path, remembered: the handler resolves the path again for the
+    view, and a flood asks about the same few paths. (Bounded: unknown paths only evict.)"""
+    try:
+        return get_resolver().resolve(path).url_name
+    except Resolver404:
+        return None
 
 
 async def _body_read(receive, limit: int) -> tuple[bytes | None, bool]:
