@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import stack
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 SCENARIOS = ("ping", "purchase", "sharded", "soldout", "gates", "naive", "drain", "flood", "engine")
 
@@ -117,8 +119,6 @@ def main(argv: list[str]) -> int:
         return 2
     connections = [int(c) for c in args.connections.split(",")]
     ensure_wrk()
-
-    from . import stack
 
     say("starting the embedded servers (if needed) and a fresh bench database…")
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
