@@ -19,7 +19,7 @@ bind = os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8
 # Measured side by side: docs/BENCHMARKS.md. GUNICORN_WORKER_CLASS=gthread with
 # config.wsgi:application is the threaded WSGI server this replaced.
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "uvicorn_worker.UvicornWorker")
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "config.workers.UvicornWorker")
 threads = web_threads()  # gthread's; the uvicorn workers' thread pool reads the same variable
 # A flood arrives faster than it is served: let the kernel queue it instead of refusing.
 backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))

@@ -122,7 +122,7 @@ def manage(env: dict[str, str], *args: str) -> None:
 # gunicorn's worker class and the application it serves: the production server (uvicorn
 # workers, config/handlers.py) and the threaded WSGI server it replaced, for contrast.
 SERVERS = {
-    "uvicorn": ("uvicorn_worker.UvicornWorker", "config.asgi:application"),
+    "uvicorn": ("config.workers.UvicornWorker", "config.asgi:application"),
     "gthread": ("gthread", "config.wsgi:application"),
 }
 

@@ -97,6 +97,22 @@ def test_50_shoppers_behind_one_address_are_limited_per_address(gunicorn, celery
     assert_stock_invariant(activity, 30)
 
 
+def test_a_forged_forwarded_for_is_not_an_address_without_a_trusted_proxy(gunicorn):
+    """No SECKILL_TRUSTED_PROXY_HEADER: the socket's address counts, whatever
+    X-Forwarded-For a client sends, even from a peer the server itself trusts (loopback:
+    config.workers keeps uvicorn from rewriting the address)."""
+    base = gunicorn(SECKILL_RATE_PER_IP="3/h")
+    activity = make_activity(stock=10)
+    users = make_users(6)
+    keys, token = keys_of(users), activity_token_ensure(activity_id=activity.pk)
+    statuses = [
+        purchase(base, activity.pk, keys[u.pk], token, headers={"X-Forwarded-For": f"203.0.113.{i}"})[0]
+        for i, u in enumerate(users)
+    ]
+    assert statuses == [202, 202, 202, 429, 429, 429]
+    assert redis_remaining(activity.pk) == 7
+
+
 def test_global_cap_sheds_the_excess_and_every_admitted_purchase_is_correct(gunicorn, celery_worker):
     base = gunicorn()
     activity = make_activity(stock=1000)  # more than the cap can let through: nothing sells out
