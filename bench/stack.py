@@ -120,9 +120,11 @@ def manage(env: dict[str, str], *args: str) -> None:
 
 
 # gunicorn's worker class and the application it serves: the production server (uvicorn
-# workers, config/handlers.py) and the threaded WSGI server it replaced, for contrast.
+# workers, config/handlers.py); for contrast, the same without the purchase's fast path,
+# and the threaded WSGI server it replaced.
 SERVERS = {
     "uvicorn": ("config.workers.UvicornWorker", "config.asgi:application"),
+    "uvicorn-wsgi": ("config.workers.UvicornWorker", "bench.asgi_without_fast_path:application"),
     "gthread": ("gthread", "config.wsgi:application"),
 }
 

@@ -18,10 +18,9 @@ WSGI server's throughput on the bare view.
 
 **The purchase.** ``PurchaseFastPath`` hands a token-authenticated purchase (the flood)
 to the same API handler — the same middleware instances, the same URL resolution and the
-same view, so every rule keeps its one home — from its own thread-pool call, without
-a2wsgi's per-request machinery (a WSGI environ, a response queue and a second hop back
-to the event loop): that machinery cost as much as the gates themselves.
-docs/BENCHMARKS.md has the figures of each step.
+same view, so every rule keeps its one home — with one call onto the same thread pool,
+without a2wsgi's per-request machinery (a WSGI environ, a body and a response queue, a
+second hop back to the event loop). docs/BENCHMARKS.md has the figures.
 """
 
 from __future__ import annotations

@@ -1,0 +1,13 @@
+"""For contrast only: the production ASGI application without ``PurchaseFastPath``, every
+request through a2wsgi to the WSGI stacks (``make bench BENCH_ARGS="--server uvicorn-wsgi …"``),
+so that the fast path's own share of the purchase's figures can be measured."""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+
+from a2wsgi import WSGIMiddleware
+
+from config.handlers import get_application, web_threads
+
+application = WSGIMiddleware(get_application(), workers=web_threads())
