@@ -48,9 +48,13 @@ class StockMovement(models.Model):
         DEDUCT = "deduct", _("deduct")
         RETURN = "return", _("return")
 
-    activity = models.ForeignKey("seckill.Activity", on_delete=models.CASCADE, related_name="stock_movements")
+    # No index of their own: (activity, kind) and the (order, kind) constraint lead with
+    # each column, and a sale writes one ledger row per order.
+    activity = models.ForeignKey(
+        "seckill.Activity", on_delete=models.CASCADE, related_name="stock_movements", db_index=False
+    )
     order = models.ForeignKey(
-        "orders.Order", null=True, blank=True, on_delete=models.PROTECT, related_name="stock_movements"
+        "orders.Order", null=True, blank=True, on_delete=models.PROTECT, related_name="stock_movements", db_index=False
     )
     kind = models.CharField(max_length=10, choices=Kind.choices)
     quantity = models.PositiveIntegerField()
