@@ -1,6 +1,6 @@
-"""For contrast only: the production ASGI application without ``PurchaseFastPath``, every
+"""For contrast only: the production ASGI application without ``TokenApiFastPath``, every
 request through a2wsgi to the WSGI stacks (``make bench BENCH_ARGS="--server uvicorn-wsgi …"``),
-so that the fast path's own share of the purchase's figures can be measured."""
+so that the fast path's own share of the API's figures can be measured."""
 
 import os
 

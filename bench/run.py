@@ -72,7 +72,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--server",
         choices=sorted(stack.SERVERS),
         default="uvicorn",
-        help="uvicorn (production, config.asgi), uvicorn-wsgi (the same without the purchase's fast path) "
+        help="uvicorn (production, config.asgi), uvicorn-wsgi (the same without the API's fast path) "
         "or gthread (the threaded WSGI server it replaced)",
     )
     parser.add_argument("--out", default=str(BASE_DIR / "docs" / "BENCHMARKS.md"))

@@ -120,7 +120,7 @@ def manage(env: dict[str, str], *args: str) -> None:
 
 
 # gunicorn's worker class and the application it serves: the production server (uvicorn
-# workers, config/handlers.py); for contrast, the same without the purchase's fast path,
+# workers, config/handlers.py); for contrast, the same without the API's fast path,
 # and the threaded WSGI server it replaced.
 SERVERS = {
     "uvicorn": ("config.workers.UvicornWorker", "config.asgi:application"),

@@ -16,17 +16,17 @@ is not used: it hops threads several times per request and runs every synchronou
 on one thread per process (``thread_sensitive``), which measured a third of the threaded
 WSGI server's throughput on the bare view.
 
-**The purchase.** ``PurchaseFastPath`` hands a token-authenticated purchase (the flood)
-to the same API handler — the same middleware instances, the same URL resolution and the
-same view, so every rule keeps its one home — with one call onto the same thread pool,
-without a2wsgi's per-request machinery (a WSGI environ, a body and a response queue, a
-second hop back to the event loop). docs/BENCHMARKS.md has the figures.
+**The API calls.** ``TokenApiFastPath`` hands a token-authenticated API call (the
+flood's purchases, the shoppers' result polling) to the same API handler — the same
+middleware instances, URL resolution and views, so every rule keeps its one home — with
+one call onto the same thread pool, without a2wsgi's per-request machinery (a WSGI
+environ, a body and a response queue, a second hop back to the event loop).
+docs/BENCHMARKS.md has the figures.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import io
 import os
 
@@ -36,12 +36,12 @@ from django.core import signals
 from django.core.handlers.asgi import ASGIRequest
 from django.core.handlers.base import BaseHandler
 from django.core.handlers.wsgi import WSGIHandler
-from django.urls import Resolver404, get_resolver, set_script_prefix
+from django.urls import set_script_prefix
 
 # Threads per process for the synchronous views: as many requests as one process has in
 # flight while others wait on Redis or PostgreSQL (and as many database connections).
 DEFAULT_WEB_THREADS = 16
-# The purchase body is a few dozen bytes; a larger one is read by Django's usual path.
+# An API call's body is a few dozen bytes; a larger one is read by Django's usual path.
 FAST_PATH_MAX_BODY = 4096
 
 
@@ -63,9 +63,9 @@ class ApiTokenHandler(WSGIHandler):
             settings.MIDDLEWARE = site
 
 
-def is_token_api_request(meta: dict) -> bool:
-    """A WSGI environ or a request's META: a call to /api/ with an API token."""
-    return meta.get("PATH_INFO", "").startswith("/api/") and meta.get("HTTP_AUTHORIZATION", "")[:6].lower() == "token "
+def is_token_api_request(path: str, authorization: str) -> bool:
+    """A call to /api/ with an API token (``Authorization: Token …``)."""
+    return path.startswith("/api/") and authorization[:6].lower() == "token "
 
 
 class StackDispatcher:
@@ -74,37 +74,34 @@ class StackDispatcher:
         self.api = ApiTokenHandler()
 
     def __call__(self, environ, start_response):
-        handler = self.api if is_token_api_request(environ) else self.site
+        token_api = is_token_api_request(environ.get("PATH_INFO", ""), environ.get("HTTP_AUTHORIZATION", ""))
+        handler = self.api if token_api else self.site
         return handler(environ, start_response)
 
 
-class PurchaseFastPath:
-    """ASGI: a token-authenticated purchase goes straight to the API handler on the
-    thread pool; every other request (and a purchase that is not one of those) to
-    ``app``."""
+class TokenApiFastPath:
+    """ASGI: a token-authenticated API call goes straight to the API handler on the
+    thread pool; every other request (and an API call whose body is over
+    FAST_PATH_MAX_BODY) to ``app``."""
 
-    def __init__(self, app, api: BaseHandler, executor, *, url_names: frozenset[str]):
+    def __init__(self, app, api: BaseHandler, executor):
         self.app = app
         self.api = api
         self.executor = executor
-        self.url_names = url_names
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST" or not self._is_purchase(scope["path"]):
+        if scope["type"] != "http" or not is_token_api_request(scope["path"], _authorization(scope)):
             return await self.app(scope, receive, send)
         body, complete = await _body_read(receive, FAST_PATH_MAX_BODY)
         if body is None:
             return  # the client went away
-        request = ASGIRequest(scope, io.BytesIO(body)) if complete else None
-        if request is None or not is_token_api_request(request.META):
-            return await self.app(scope, _replayed(body, complete, receive), send)
+        if not complete:
+            return await self.app(scope, _replayed(body, receive), send)
+        request = ASGIRequest(scope, io.BytesIO(body))
         loop = asyncio.get_running_loop()
         status, headers, content = await loop.run_in_executor(self.executor, self._respond, request)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
-
-    def _is_purchase(self, path: str) -> bool:
-        return _url_name(settings.ROOT_URLCONF, path) in self.url_names
 
     def _respond(self, request: ASGIRequest) -> tuple[int, list, bytes]:
         """On a pool thread, what WSGIHandler does around get_response: the script prefix,
@@ -123,14 +120,11 @@ class PurchaseFastPath:
         return response.status_code, headers, content
 
 
-@functools.lru_cache(maxsize=4096)
-def _url_name(urlconf: str, path: str) -> str | None:
-    """The URL name of a path, remembered: the handler resolves the path again for the
-    view, and a flood asks about the same few paths. (Bounded: unknown paths only evict.)"""
-    try:
-        return get_resolver(urlconf).resolve(path).url_name
-    except Resolver404:
-        return None
+def _authorization(scope) -> str:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return value.decode("latin1")
+    return ""
 
 
 async def _body_read(receive, limit: int) -> tuple[bytes | None, bool]:
@@ -150,7 +144,7 @@ async def _body_read(receive, limit: int) -> tuple[bytes | None, bool]:
             return b"".join(chunks), False
 
 
-def _replayed(body: bytes, complete: bool, receive):
+def _replayed(body: bytes, receive):
     """A receive that hands the app what was read already, then the rest."""
     replayed = False
 
@@ -159,7 +153,7 @@ def _replayed(body: bytes, complete: bool, receive):
         if replayed:
             return await receive()
         replayed = True
-        return {"type": "http.request", "body": body, "more_body": not complete}
+        return {"type": "http.request", "body": body, "more_body": True}
 
     return replay
 
@@ -170,17 +164,10 @@ def get_application() -> StackDispatcher:
     return StackDispatcher()
 
 
-def get_asgi_application() -> PurchaseFastPath:
+def get_asgi_application() -> TokenApiFastPath:
     """The application gunicorn's uvicorn workers serve (``config.asgi``)."""
     from a2wsgi import WSGIMiddleware
 
-    from seckill.metrics import PURCHASE_URL_NAME
-
     stacks = get_application()
     everything = WSGIMiddleware(stacks, workers=web_threads())
-    url_names = {PURCHASE_URL_NAME}
-    if settings.SECKILL_BENCH_VIEWS:
-        from bench.urls import PURCHASE_DB_URL_NAME
-
-        url_names.add(PURCHASE_DB_URL_NAME)  # the database-direct contrast, served the same way
-    return PurchaseFastPath(everything, stacks.api, everything.executor, url_names=frozenset(url_names))
+    return TokenApiFastPath(everything, stacks.api, everything.executor)

@@ -1,5 +1,5 @@
 """config.asgi.application, what gunicorn's uvicorn workers serve: a token-authenticated
-purchase goes straight to the API handler (config.handlers.PurchaseFastPath), everything
+API call goes straight to the API handler (config.handlers.TokenApiFastPath), everything
 else through the WSGI stacks on the thread pool. Both give the same answers: the fast
 path only leaves out the WSGI adapter, never a rule."""
 
@@ -118,6 +118,22 @@ def test_token_purchase_takes_the_fast_path_with_the_api_chain(application):
     assert headers["content-type"] == ["application/json"]
     assert "set-cookie" not in headers and "content-security-policy" not in headers
     assert purchases_counted("queued") == before_queued + 1  # PurchaseOutcomeMiddleware
+
+
+def test_a_shopper_polling_for_the_result_takes_the_fast_path_too(application):
+    activity = make_activity(stock=5)
+    (user,) = make_users(1, prefix="poll")
+    before = application.app.calls
+    answer = asgi_call(
+        application,
+        "GET",
+        f"/api/activities/{activity.pk}/result",
+        headers={"Authorization": f"Token {token_of(user)}"},
+    )
+    assert answer["status"] == 200, answer
+    assert json.loads(answer["body"])["code"] == "none"
+    assert answer["headers"]["cache-control"] == ["no-store, max-age=0"]
+    assert application.app.calls == before
 
 
 def test_every_other_request_goes_through_the_wsgi_stacks(application):
