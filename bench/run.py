@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
         facts["gunicorn_workers"] = len(web.pids()) - 1
         facts["celery_worker_nice"] = args.worker_nice
         payload = {
-            "command": "make bench" + (f" BENCH_ARGS={shlex.quote(' '.join(argv))}" if argv else ""),
+            "command": "make bench" + (f" BENCH_ARGS={shlex.quote(shlex.join(argv))}" if argv else ""),
             "label": args.label,
             "machine": facts,
             "results": results,
