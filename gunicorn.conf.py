@@ -68,8 +68,8 @@ def post_worker_init(worker):
         from seckill.tasks import reservations_drain_task
 
         connection.ensure_connection()
-        # Django's connections are per thread, and gthread serves requests on other
-        # threads: this one would sit idle for the worker's life, holding a backend.
+        # Django's connections are per thread, and the views run on the pool's threads:
+        # this one would sit idle for the worker's life, holding a backend.
         connection.close()
         stock_redis().ping()
         with reservations_drain_task.app.producer_or_acquire() as producer:

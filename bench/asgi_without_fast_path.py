@@ -6,8 +6,6 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
-from a2wsgi import WSGIMiddleware
+from config.handlers import get_asgi_application
 
-from config.handlers import get_application, web_threads
-
-application = WSGIMiddleware(get_application(), workers=web_threads())
+application = get_asgi_application().app  # what the fast path hands every other request to

@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
         try:
             from config.handlers import StackDispatcher
 
-            app = StackDispatcher()  # what gunicorn serves (config.wsgi)
+            app = StackDispatcher()  # the stacks behind what gunicorn serves (config/handlers.py)
         except ImportError:  # an older checkout, measured for a before/after
             from django.core.handlers.wsgi import WSGIHandler
 

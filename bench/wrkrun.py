@@ -43,7 +43,7 @@ class WrkResult:
 
     @property
     def lopsided(self) -> str:
-        """The keep-alive imbalance: wrk keeps its connections, a gthread worker keeps those
+        """The keep-alive imbalance: wrk keeps its connections, a gunicorn worker keeps those
         it accepted, and now and then one gunicorn process holds most of them and the other
         idles. Non-empty (the two busiest processes' cores) when one did over twice the work."""
         wall = self.extra.get("wall") or 0

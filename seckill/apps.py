@@ -1,6 +1,7 @@
 from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ValidationError
 
 
 class SeckillConfig(AppConfig):
@@ -16,14 +17,19 @@ class SeckillConfig(AppConfig):
 def rates_check(app_configs=None, **kwargs) -> list:
     """SECKILL_RATE_PER_USER / _PER_IP come from the environment: a typo must stop the
     start-up with a message, not answer 500 on every purchase."""
-    from .models import RATE_RE
+    from .models import validate_rate  # the admin's check of an activity's own rates
 
-    return [
-        checks.Error(
-            f"{name}={value!r} is not a rate",
-            hint='Use a rate such as "10/s", "600/m" or "100/5m", or "off".',
-            id="seckill.E001",
-        )
-        for name in ("SECKILL_RATE_PER_USER", "SECKILL_RATE_PER_IP")
-        if (value := getattr(settings, name)) and value != "off" and not RATE_RE.match(value)
-    ]
+    errors = []
+    for name in ("SECKILL_RATE_PER_USER", "SECKILL_RATE_PER_IP"):
+        value = getattr(settings, name)
+        try:
+            validate_rate(value)
+        except ValidationError:
+            errors.append(
+                checks.Error(
+                    f"{name}={value!r} is not a rate",
+                    hint='Use a rate such as "10/s", "600/m" or "100/5m", or "off".',
+                    id="seckill.E001",
+                )
+            )
+    return errors

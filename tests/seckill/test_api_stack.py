@@ -1,5 +1,6 @@
-"""config.wsgi.application, what gunicorn serves: token-authenticated API calls take the
-short API_MIDDLEWARE chain, everything else the full one, and both answer the same."""
+"""The WSGI stacks behind config.asgi (config.handlers.StackDispatcher): token-authenticated
+API calls take the short API_MIDDLEWARE chain, everything else the full one, and both
+answer the same."""
 
 import io
 import json
