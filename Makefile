@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint format bench clean services-down messages
+.PHONY: run test install lint format bench clean services-down messages manage
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,14 +16,23 @@ $(STAMP): requirements.txt requirements-dev.txt
 install: $(STAMP)
 
 run: $(STAMP)
-	@$(BIN)/python -m config.stack
+	@$(BIN)/python -m devtools.stack
 
 test: $(STAMP)
 	@bash .ci/system-packages
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# A management command on the local settings and the embedded servers (or DATABASE_URL /
+# REDIS_URL): make manage ARGS="createsuperuser"
+manage: $(STAMP)
+	@DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.local} \
+		$(BIN)/python -m devtools.embedded run -- $(BIN)/python manage.py $(ARGS)
+
+# Style, types and the layering (import-linter contracts in pyproject.toml).
 lint: $(STAMP)
-	@$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	@echo "ruff…" && $(BIN)/ruff check . && $(BIN)/ruff format --check .
+	@echo "mypy…" && $(BIN)/mypy
+	@echo "import-linter…" && $(BIN)/lint-imports --no-cache
 
 format: $(STAMP)
 	@$(BIN)/ruff format . && $(BIN)/ruff check --fix .
@@ -35,12 +44,12 @@ bench: $(STAMP)
 # (needs gettext; installed with apt when missing and possible).
 messages: $(STAMP)
 	@command -v msgfmt >/dev/null || (apt-get update -qq && apt-get install -y -qq gettext)
-	@$(BIN)/python manage.py makemessages -l zh_Hans --no-wrap --no-location \
+	@$(BIN)/python -m devtools.embedded run -- $(BIN)/python manage.py makemessages -l zh_Hans --no-wrap --no-location \
 		--ignore '.venv/*' --ignore '.local/*' --ignore 'staticfiles/*' --ignore 'tests/*' --ignore 'bench/*'
-	@$(BIN)/python manage.py compilemessages -l zh_Hans --ignore '.venv/*'
+	@$(BIN)/python -m devtools.embedded run -- $(BIN)/python manage.py compilemessages -l zh_Hans --ignore '.venv/*'
 
 services-down: $(STAMP)
-	@$(BIN)/python -m config.embedded down
+	@$(BIN)/python -m devtools.embedded down
 
 clean: services-down
 	rm -rf $(VENV) .local staticfiles

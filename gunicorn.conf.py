@@ -64,8 +64,8 @@ def post_worker_init(worker):
     try:
         from django.db import connection
 
-        from seckill.redis_client import stock_redis
         from seckill.tasks import reservations_drain_task
+        from stock.redis_client import stock_redis
 
         connection.ensure_connection()
         # Django's connections are per thread, and the views run on the pool's threads:

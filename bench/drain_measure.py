@@ -6,7 +6,7 @@
 Starts (or reuses) the embedded PostgreSQL and Redis with the bench's own database and
 Redis databases (bench.stack.bench_environment). Each round makes N reservations on a
 fresh activity through the real purchase script, then runs
-``seckill.services.reservations_drain`` here, as the drain task does, and checks the
+``seckill.replay.reservations_drain`` here, as the drain task does, and checks the
 invariants. Reports wall time, orders/s, and the CPU per order of this process (Python),
 of the PostgreSQL and of the Redis server processes. CPU per order is the figure that
 survives a busy machine; wall time does not. Quote the medians (of each column).
@@ -38,10 +38,10 @@ def main(argv: list[str]) -> int:
         from django.db import connection
 
         from orders.models import Order
-        from seckill.keys import ActivityKeys
-        from seckill.redis_client import stock_redis
-        from seckill.scripts import ScriptCode, run_purchase
-        from seckill.services import reservations_drain
+        from seckill.replay import reservations_drain
+        from stock.keys import ActivityKeys
+        from stock.redis_client import stock_redis
+        from stock.scripts import ScriptCode, run_purchase
 
         from .data import activity_new, shoppers_create
         from .invariants import invariants_check

@@ -9,10 +9,10 @@ import time
 
 from django import db
 
-from seckill.keys import ActivityKeys
-from seckill.redis_client import reset_stock_redis, stock_redis
-from seckill.scripts import PURCHASE, ScriptCode, purchase_script_call, run_purchase
 from seckill.selectors import activity_snapshot_load
+from stock.keys import ActivityKeys
+from stock.redis_client import reset_stock_redis, stock_redis
+from stock.scripts import PURCHASE, ScriptCode, purchase_script_call, run_purchase
 
 from .naive import naive_purchase
 
@@ -43,7 +43,7 @@ def _lua_client(activity_id: int, index: int, start: float, end: float, out, dep
 
 
 def _db_client(activity_id: int, user_ids: list[int], start: float, end: float, out) -> None:
-    from seckill.errors import ApiError
+    from core.errors import ApiError
 
     snapshot = activity_snapshot_load(activity_id)
     done = failed = 0

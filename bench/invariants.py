@@ -7,11 +7,11 @@ from django.conf import settings
 from django.db.models import Count, Sum
 
 from orders.models import AnomalyOrder, Order
-from seckill.keys import ActivityKeys
 from seckill.models import Activity
 from seckill.reconciliation import reconcile
-from seckill.redis_client import stock_redis
-from seckill.scripts import run_snapshot
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.scripts import run_snapshot
 
 
 class InvariantBroken(AssertionError):

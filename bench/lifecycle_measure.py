@@ -3,7 +3,7 @@ reconciliation, and closing an activity with a large Redis state.
 
     .venv/bin/python -m bench.lifecycle_measure [--orders 20000] [--participants 1000000]
 
-Runs against the local (embedded) PostgreSQL and Redis of `config.settings.local`; it
+Runs against the local (embedded) PostgreSQL and Redis, with `config.settings.local`; it
 creates one activity of its own and leaves its rows behind (its Redis keys are removed).
 """
 
@@ -20,6 +20,9 @@ def main() -> None:
     parser.add_argument("--participants", type=int, default=1_000_000)
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    from devtools import embedded
+
+    os.environ.update(embedded.ensure_services())
     import django
 
     django.setup()
@@ -29,12 +32,13 @@ def main() -> None:
 
     from inventory.models import Product
     from orders.services import orders_create_from_reservations, orders_expire_overdue
-    from seckill.keys import ActivityKeys
+    from seckill.activities import activity_create
+    from seckill.lifecycle import activity_close, activity_stop_selling, activity_warmup
     from seckill.reconciliation import reconcile
-    from seckill.redis_client import stock_redis
-    from seckill.reservations import reservations_pending
-    from seckill.scripts import run_purchase
-    from seckill.services import activity_close, activity_create, activity_stop_selling, activity_warmup
+    from stock.keys import ActivityKeys
+    from stock.redis_client import stock_redis
+    from stock.reservations import reservations_pending
+    from stock.scripts import run_purchase
 
     call_command("migrate", "--noinput", "-v", "0")
     n = args.orders

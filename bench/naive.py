@@ -10,11 +10,11 @@ from uuid import uuid4
 
 from django.db import transaction
 
+from core.errors import ApiError
 from inventory.services import InsufficientStock, stock_deduct
 from orders.services import NewOrder, _insert_orders
-from seckill.errors import ApiError
-from seckill.scripts import LogEntry
 from seckill.selectors import ActivitySnapshot
+from stock.scripts import LogEntry
 
 
 def naive_purchase(*, activity: ActivitySnapshot, user_id: int, quantity: int) -> NewOrder:

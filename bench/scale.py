@@ -25,7 +25,7 @@ from pathlib import Path
 
 def _setup_django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
-    from config import embedded
+    from devtools import embedded
 
     os.environ.update(embedded.ensure_services())
     import django
@@ -53,8 +53,8 @@ def _hammer(
 
     import redis
 
-    from seckill.keys import ActivityKeys
-    from seckill.scripts import ScriptCode, run_reserve
+    from stock.keys import ActivityKeys
+    from stock.scripts import ScriptCode, run_reserve
 
     client = redis.RedisCluster.from_url(url)
     keys = [ActivityKeys(a) for a in activity_ids]
@@ -77,8 +77,8 @@ PARTITIONS = 16  # SECKILL_USER_PARTITIONS' default
 def redis_scenario(cluster, *, name: str, activity_ids: list[int], seconds: float, procs: int, shards: int = 1) -> dict:
     import redis
 
-    from seckill.keys import ActivityKeys
-    from seckill.scripts import run_warmup
+    from stock.keys import ActivityKeys
+    from stock.scripts import run_warmup
 
     client = redis.RedisCluster.from_url(cluster.url)
     stock_keys = [k for a in activity_ids for k in ActivityKeys(a).shards(shards)]
@@ -120,9 +120,10 @@ def db_scenario(*, seconds: float, threads: int) -> dict:
     from django.utils import timezone
 
     from inventory.models import Product
+    from seckill.activities import activity_create
+    from seckill.breaker import resync_epoch
     from seckill.fallback import purchase_fallback
-    from seckill.selectors import activity_snapshot, resync_epoch
-    from seckill.services import activity_create
+    from seckill.selectors import activity_snapshot
 
     now = timezone.now()
     product = Product.objects.create(name="bench scale", list_price=Decimal("9.99"))

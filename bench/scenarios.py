@@ -10,9 +10,9 @@ from pathlib import Path
 from django.db.models import Max, Sum
 
 from orders.models import Order
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
-from seckill.scripts import ScriptCode, run_purchase
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.scripts import ScriptCode, run_purchase
 
 from .data import activity_new, shoppers_create
 from .engine import engine_run
@@ -405,8 +405,8 @@ class Bench:
 
     def drain(self) -> None:
         from orders.tasks import order_create_task
-        from seckill.reservations import reservations_pending
-        from seckill.services import reservations_drain
+        from seckill.replay import reservations_drain
+        from stock.reservations import reservations_pending
 
         n = min(self.args.drain_reservations, len(self.user_ids))
         # Single: one Celery task per reservation, as the purchase path enqueues them.

@@ -1,8 +1,8 @@
 """Bench-only API views (mounted by SECKILL_BENCH_VIEWS under /api/bench/, so that a
 token-authenticated call takes the same short middleware chain as the real purchase)."""
 
+from core.errors import ApiError
 from seckill.apis import error_json, plain_json
-from seckill.errors import ApiError
 from seckill.gates import purchase_front_gates, purchase_shopper_check
 
 from .naive import naive_purchase

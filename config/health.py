@@ -21,7 +21,7 @@ def _check_database() -> None:
 
 
 def _check_redis() -> None:
-    from seckill.redis_client import stock_redis
+    from stock.redis_client import stock_redis
 
     stock_redis().ping()
 

@@ -3,7 +3,7 @@ from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from seckill.errors import ApiError
+from core.errors import ApiError
 
 from .models import Order
 from .selectors import order_of_shopper

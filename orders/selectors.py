@@ -9,9 +9,9 @@ from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import TruncHour, TruncMinute, TruncSecond
 
 from inventory.models import SeckillStock, StockMovement
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
-from seckill.scripts import LogEntry, parse_log_entry
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.scripts import LogEntry, parse_log_entry
 
 from .models import AnomalyOrder, Order, ReconciliationReport
 

@@ -15,11 +15,11 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from core import metrics
 from inventory.services import InsufficientStock, stock_deduct, stock_lock, stock_return
-from seckill import metrics
 from seckill.models import Activity
-from seckill.reservations import order_units_return, reservation_release, reservations_acknowledge_entries
-from seckill.scripts import LogEntry
+from stock.reservations import order_units_return, reservation_release, reservations_acknowledge_entries
+from stock.scripts import LogEntry
 
 from .models import AnomalyOrder, Order, ReleasedReservation
 
@@ -514,8 +514,8 @@ def orders_expiry_schedule(*, orders: Sequence[NewOrder]) -> None:
 def orders_expiry_claim(*, activity_id: int, due_second: int) -> bool:
     """True for the first caller of this activity and second (who schedules the task);
     True as well when Redis cannot say: a second task is harmless, a missing one is not."""
-    from seckill.keys import ActivityKeys
-    from seckill.redis_client import stock_redis
+    from stock.keys import ActivityKeys
+    from stock.redis_client import stock_redis
 
     ttl = max(60, int(due_second - time.time()) + 600)
     try:
@@ -607,9 +607,9 @@ def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Orde
     (the database guard). Once the activity's Redis state is gone (ended), the order
     is written with the database guard alone.
     """
-    from seckill.keys import ActivityKeys
-    from seckill.redis_client import stock_redis
-    from seckill.scripts import ScriptCode, run_reserve
+    from stock.keys import ActivityKeys
+    from stock.redis_client import stock_redis
+    from stock.scripts import ScriptCode, run_reserve
 
     if anomaly.user_id is None:
         raise AnomalyActionError("this anomaly names no shopper to create an order for")

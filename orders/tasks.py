@@ -4,8 +4,8 @@ import time
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from config.celery_app import RESERVATION_TASK_OPTIONS
-from seckill.scripts import LogEntry
+from core.task_policy import RESERVATION_TASK_OPTIONS
+from stock.scripts import LogEntry
 
 from .models import Order
 from .services import orders_create_from_reservations, orders_expire_due, orders_expire_overdue

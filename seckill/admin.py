@@ -8,21 +8,19 @@ from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
 from orders.models import Order
 
-from .models import Activity, BlacklistEntry, ShopperProfile
-from .pages import activity_page_publish
-from .selectors import redis_remaining_many
-from .services import (
+from .activities import (
     SHARDS_CHANGE_LEAD,
     ActivityChangeRefused,
-    WarmupError,
     activity_save,
     activity_shards_changeable,
-    activity_stop_selling,
-    activity_warmup,
     blacklist_entries_delete,
     blacklist_entry_save,
     shopper_profile_save,
 )
+from .lifecycle import WarmupError, activity_stop_selling, activity_warmup
+from .models import Activity, BlacklistEntry, ShopperProfile
+from .pages import activity_page_publish
+from .selectors import redis_remaining_many
 
 
 class SeckillStockInline(admin.StackedInline):

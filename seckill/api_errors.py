@@ -4,7 +4,7 @@ from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from .errors import ApiError, api_error_of
+from core.errors import ApiError, api_error_of
 
 _CODES = {
     exceptions.NotAuthenticated: "not_authenticated",

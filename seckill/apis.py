@@ -9,11 +9,12 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.log_filters import expected_rejection_unlogged
+from core.errors import ApiError, api_error_of
+from core.log_filters import expected_rejection_unlogged
 from orders.serializers import OrderSerializer
 
+from .activities import activity_flag
 from .captcha import captcha_issue
-from .errors import ApiError, api_error_of
 from .gates import (
     FrontPassed,
     activity_limits,
@@ -24,6 +25,7 @@ from .gates import (
     traffic_limits_check,
 )
 from .models import Activity
+from .purchase import purchase_reserve
 from .selectors import ActivitySnapshot, activity_snapshot, purchase_result, redis_remaining_many
 from .serializers import (
     ActivitySerializer,
@@ -33,7 +35,6 @@ from .serializers import (
     PurchaseQueuedSerializer,
     PurchaseRequestSerializer,
 )
-from .services import activity_flag, purchase_reserve
 
 NO_STORE = {"Cache-Control": "no-store, max-age=0"}
 _ERR = OpenApiResponse(ErrorSerializer)

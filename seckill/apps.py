@@ -9,8 +9,12 @@ class SeckillConfig(AppConfig):
     verbose_name = "Flash sales"
 
     def ready(self):
-        from . import authentication  # noqa: F401 - connects the shared token cache's signals
+        from stock.layout import shards_lookup_register
 
+        from . import authentication  # noqa: F401 - connects the shared token cache's signals
+        from .selectors import activity_shards
+
+        shards_lookup_register(activity_shards)
         checks.register(rates_check)
 
 

@@ -18,8 +18,9 @@ import redis
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from .errors import busy
-from .keys import ActivityKeys
+from core.errors import busy
+from stock.keys import ActivityKeys
+
 from .selectors import gate_redis
 
 logger = logging.getLogger(__name__)

@@ -34,6 +34,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 
 from django.conf import settings
@@ -41,22 +42,30 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core.errors import DATABASE_AWAY, ApiError, busy
+from core.metrics import FALLBACK_PURCHASES
 from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
 from orders.models import Order
 from orders.services import DB_PATH_PREFIX, OrderDuplicate, order_create_direct
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
-from .errors import DATABASE_AWAY, ApiError, busy
-from .keys import ActivityKeys
-from .metrics import FALLBACK_PURCHASES
+from .breaker import resync_epoch
+from .lifecycle import activity_warmup
 from .models import Activity, ResyncEpoch
-from .redis_client import stock_redis
-from .selectors import ActivitySnapshot, live_activities, redis_stock_totals, resync_epoch
+from .selectors import ActivitySnapshot, live_activities, redis_stock_totals
 
 logger = logging.getLogger(__name__)
 
 # The PostgreSQL advisory lock of the resync epoch (one constant of this app's own).
 RESYNC_LOCK_KEY = 0x5EC4_1117_E90C
+
+
+@dataclass(frozen=True)
+class Reserved:
+    reservation_id: str
+    remaining: int
 
 
 class ResyncedMeanwhile(Exception):
@@ -69,23 +78,10 @@ def _fallback_slots() -> threading.BoundedSemaphore:
     return threading.BoundedSemaphore(settings.SECKILL_FALLBACK_CONCURRENCY)
 
 
-def resync_epoch_seen() -> int | None:
-    """The resync epoch for a breaker that has just opened; None when the database does
-    not answer (every database-path purchase of that opening then refuses, which is safe:
-    its caller probes Redis, and the next opening reads the epoch again)."""
-    try:
-        return resync_epoch()
-    except DATABASE_AWAY as exc:
-        logger.warning("breaker opened; the resync epoch could not be read: %s", exc)
-        return None
-
-
 def purchase_fallback(*, activity: ActivitySnapshot, user_id: int, quantity: int, epoch: int | None):
     """The purchase on the database alone, if the stock has not been re-synchronised
     since the epoch ``epoch`` (the breaker's, read when it opened); returns
-    ``services.Reserved``. Raises ResyncedMeanwhile (nothing written) when it has."""
-    from .services import Reserved
-
+    ``Reserved``. Raises ResyncedMeanwhile (nothing written) when it has."""
     slots = _fallback_slots()
     if not slots.acquire(blocking=False):
         FALLBACK_PURCHASES.labels("busy").inc()
@@ -160,8 +156,6 @@ def stock_resync(*, before_close: bool = False) -> list[int]:
     Returns the activities re-warmed. Raises RedisError / WarmupError when it could not
     finish: the breaker then stays open.
     """
-    from .services import activity_warmup
-
     client = stock_redis()
     live = list(live_activities().filter(status=Activity.Status.WARMED).values_list("pk", "shards"))
     if not before_close and all(_in_sync(client, activity_id, shards) for activity_id, shards in live):

@@ -20,15 +20,17 @@ from django.conf import settings
 from django.utils import timezone
 from rest_framework.exceptions import AuthenticationFailed
 
+from core.errors import ApiError
+from stock.redis_client import stock_redis
+from stock.scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
+
+from .activities import activity_token_ensure
 from .authentication import token_known, token_shared_key, token_shopper, token_shopper_from_entry
+from .breaker import redis_away
 from .captcha import captcha_consume
-from .errors import ApiError
 from .limited import limited_for, limited_remember
 from .models import Activity
-from .redis_client import stock_redis
-from .scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
-from .selectors import ActivitySnapshot, activity_snapshot, blacklist, gate_redis, redis_away, shopper_facts
-from .services import activity_token_ensure
+from .selectors import ActivitySnapshot, activity_snapshot, blacklist, gate_redis, shopper_facts
 from .soldout import sold_out_known
 
 logger = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ class SharedPageMiddleware:
 class DatabaseAwayMiddleware:
     """A page whose view needs the database while it is unreachable answers 503 with
     ``Retry-After``, never a 500 (the JSON API maps the same errors itself:
-    ``seckill.errors.api_error_of``). Django hands it the view's and the template's
+    ``core.errors.api_error_of``). Django hands it the view's and the template's
     exceptions; any other exception still reaches Django's 500 handling."""
 
     def __init__(self, get_response):
@@ -58,7 +58,7 @@ class DatabaseAwayMiddleware:
     def process_exception(self, request, exception):
         from django.http import HttpResponse
 
-        from .errors import DATABASE_AWAY, busy
+        from core.errors import DATABASE_AWAY, busy
 
         if not isinstance(exception, DATABASE_AWAY):
             return None

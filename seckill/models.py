@@ -48,7 +48,7 @@ class Activity(models.Model):
     )
     pay_timeout = models.PositiveIntegerField(_("payment timeout (seconds)"), default=default_pay_timeout)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.SCHEDULED)
-    # Created at the start by seckill.services.activity_token_ensure; null before.
+    # Created at the start by seckill.activities.activity_token_ensure; null before.
     purchase_token = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 - NULL = not started
     warmed_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Traffic gates (seckill.gates); blank = the SECKILL_* default from settings.

@@ -31,15 +31,22 @@ from django.db import connection, transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from core import metrics
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order, ReconciliationReport
+from orders.services import (
+    anomaly_record,
+    order_deduction_repair,
+    orders_expire_overdue,
+    orders_units_return,
+)
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.scripts import LogEntry, RedisSnapshot, run_snapshot
 
-from . import metrics
-from .keys import ActivityKeys
+from .claims import claims_pending_settle
 from .models import Activity
-from .redis_client import stock_redis
-from .reservations import claims_pending_settle
-from .scripts import LogEntry, RedisSnapshot, run_snapshot
+from .replay import reservations_replay
 from .selectors import activity_shards
 
 logger = logging.getLogger(__name__)
@@ -227,15 +234,6 @@ def reconciliation_measure(*, activity_id: int) -> Measurement:
 
 def _act(activity_id: int, m: Measurement, grace: float) -> tuple[dict, int]:
     """The actions of the buckets that can be fixed; returns (actions, anomalies opened)."""
-    from orders.services import (
-        anomaly_record,
-        order_deduction_repair,
-        orders_expire_overdue,
-        orders_units_return,
-    )
-
-    from .services import reservations_replay
-
     actions = {"orders_created": 0, "reservations_released": 0, "orders_cancelled": 0}
     actions |= {"orders_returned_to_redis": 0, "orders_deducted": 0, "pending_claims_settled": 0}
     opened = 0
@@ -278,8 +276,6 @@ def _act(activity_id: int, m: Measurement, grace: float) -> tuple[dict, int]:
 def _drift_anomalies(activity_id: int, m: Measurement) -> int:
     """An anomaly per unexplained drift, keyed by side and size: the same drift seen
     again is the same fault. Only on a consistent snapshot, never on a moving one."""
-    from orders.services import anomaly_record
-
     if not m.consistent:
         return 0
     opened = 0

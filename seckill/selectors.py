@@ -21,10 +21,12 @@ from django.utils.dateparse import parse_datetime
 from django_redis import get_redis_connection
 from redis.exceptions import LockError
 
-from .errors import DATABASE_AWAY, busy
-from .keys import ActivityKeys
-from .models import Activity, BlacklistEntry, ResyncEpoch, activity_phase
-from .redis_client import stock_redis
+from core.errors import DATABASE_AWAY, busy
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+
+from .breaker import redis_away
+from .models import Activity, BlacklistEntry, activity_phase
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +71,6 @@ class ActivitySnapshot:
 def gate_redis() -> redis.Redis:
     """The cache Redis (django-redis ``default``): activity and blacklist copies, captchas."""
     return get_redis_connection("default")
-
-
-def redis_away() -> bool:
-    """The circuit breaker is not closed: Redis failed just now in this process. Reads
-    that can do without Redis then skip it at once rather than wait for a timeout each."""
-    from .breaker import redis_breaker
-
-    return redis_breaker().state != redis_breaker().CLOSED
 
 
 @dataclass(frozen=True)
@@ -558,11 +552,6 @@ def redis_remaining_many(activity_ids: list[int]) -> dict[int, int | None]:
         return unknown
     values = [d if d is not None else s for d, s in zip(pairs[::2], pairs[1::2], strict=True)]
     return {a: (int(v) if v is not None else None) for a, v in zip(activity_ids, values, strict=True)}
-
-
-def resync_epoch() -> int:
-    """How many re-synchronisations of the stock Redis there have been (0 before the first)."""
-    return ResyncEpoch.objects.filter(pk=1).values_list("value", flat=True).first() or 0
 
 
 def live_activities(now: datetime | None = None):

@@ -10,22 +10,17 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from config.celery_app import RESERVATION_TASK_OPTIONS
+from core.task_policy import RESERVATION_TASK_OPTIONS
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
-from .keys import ActivityKeys
+from .activities import activity_token_ensure
+from .fallback import stock_resync
+from .lifecycle import WarmupError, activity_close, activity_warmup, display_total_refresh
 from .models import Activity
 from .reconciliation import reconcile
-from .redis_client import stock_redis
+from .replay import reservations_drain, reservations_replay
 from .selectors import activity_shards, live_activities, redis_remaining
-from .services import (
-    WarmupError,
-    activity_close,
-    activity_token_ensure,
-    activity_warmup,
-    display_total_refresh,
-    reservations_drain,
-    reservations_replay,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -153,8 +148,6 @@ def reconcile_live_task() -> dict:
     A web process re-synchronises when its breaker's probe runs, but only a purchase runs
     the probe: when the outage's last purchases sold the rest from the database, or
     another process's breaker was still open, nothing else would."""
-    from .fallback import stock_resync
-
     try:
         stock_resync()
     except (redis.RedisError, WarmupError) as exc:

@@ -17,15 +17,15 @@ from django.utils.http import http_date, url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from core.errors import DATABASE_AWAY, api_error_of
 from inventory.models import Product
 
+from .activities import activity_flag
 from .apis import error_json
-from .errors import DATABASE_AWAY, api_error_of
 from .middleware import mark_shared
 from .models import Activity
 from .pages import activity_page_render
 from .selectors import activity_snapshot, redis_remaining_many
-from .services import activity_flag
 
 NO_STORE = "no-store, max-age=0"
 

@@ -13,20 +13,15 @@ from seckill import limited, selectors, soldout
 from seckill.authentication import token_cache_clear
 from seckill.breaker import redis_breaker
 from seckill.fallback import _fallback_slots
-from seckill.redis_client import reset_stock_redis, stock_redis
+from stock.redis_client import reset_stock_redis, stock_redis
 
 from .helpers import start_celery_worker, start_gunicorn, subprocess_env
 
 
 def pytest_unconfigure(config):
-    """Stop the embedded servers this test run started (none when the URLs were given)."""
-    from config import embedded
-
+    """Delete this run's own RabbitMQ queue (devtools.pytest_plugin stops the embedded servers)."""
     if settings.CELERY_BROKER_URL.startswith("amqp"):
         _amqp_queue(delete=True)
-    started = set(getattr(settings, "SECKILL_EMBEDDED_STARTED", []))
-    if started:
-        embedded.stop_services(started)
 
 
 def _amqp_queue(*, delete: bool) -> None:
@@ -135,3 +130,26 @@ def web_server(transactional_db, process_logs):
     process, base = start_gunicorn(process_logs, workers=2, threads=8)
     yield base
     process.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory):
+    """A real local Redis Cluster (tests/drills/infra.py: LocalCluster), started once per
+    test module."""
+    from .drills.infra import LocalCluster
+
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster")).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def on_cluster(redis_cluster, settings):
+    """This test's stock engine is the cluster (flushed first); returns the environment for
+    the processes it starts."""
+    redis_cluster.flush()
+    settings.SECKILL_REDIS_CLUSTER = True
+    settings.SECKILL_REDIS_URL = redis_cluster.url
+    reset_stock_redis()
+    yield {"SECKILL_REDIS_CLUSTER": "true", "SECKILL_REDIS_URL": redis_cluster.url}
+    reset_stock_redis()

@@ -7,7 +7,8 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from inventory.models import Product
-from seckill.services import activity_create, activity_warmup
+from seckill.activities import activity_create
+from seckill.lifecycle import activity_warmup
 
 
 class UserFactory(factory.django.DjangoModelFactory):

@@ -1,4 +1,6 @@
-"""Shared test helpers: waiting with a deadline, and real processes."""
+"""Shared test helpers: waiting with a deadline, real processes, requests through the
+in-process WSGI and ASGI applications, Redis's command counts, sharded stock, the admin's
+activity form."""
 
 from __future__ import annotations
 
@@ -211,7 +213,7 @@ def shopping_while_rewarming(activity_id: int, shop: Callable, chunks: list, *, 
 
     from django.db import connection
 
-    from seckill.services import WarmupError, activity_warmup
+    from seckill.lifecycle import WarmupError, activity_warmup
 
     done, errors, outcomes = threading.Event(), [], []
 
@@ -246,3 +248,203 @@ def shopping_while_rewarming(activity_id: int, shop: Callable, chunks: list, *, 
     assert not errors, errors
     assert not rewarmer.is_alive() and not any(t.is_alive() for t in shoppers), "threads still running"
     return outcomes
+
+
+# --- the in-process WSGI and ASGI applications (config.handlers) -----------------------
+
+
+def wsgi_call(app, method: str, path: str, *, headers: dict | None = None, body=None) -> dict:
+    """One request through a WSGI app, in this process: status, headers (lower-case names,
+    each a list of values), body."""
+    import io
+
+    raw = json.dumps(body).encode() if body is not None else b""
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_HOST": "testserver",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(raw),
+        "wsgi.errors": sys.stderr,
+        "CONTENT_LENGTH": str(len(raw)),
+        "CONTENT_TYPE": "application/json" if body is not None else "",
+        **{"HTTP_" + k.upper().replace("-", "_"): v for k, v in (headers or {}).items()},
+    }
+    answer = {}
+
+    def start_response(status, response_headers, exc_info=None):
+        answer["status"] = int(status.split()[0])
+        answer["headers"] = {}
+        for name, value in response_headers:
+            answer["headers"].setdefault(name.lower(), []).append(value)
+
+    chunks = app(environ, start_response)
+    answer["body"] = b"".join(chunks)
+    getattr(chunks, "close", lambda: None)()
+    return answer
+
+
+def asgi_call(app, method: str, path: str, *, headers=None, body=None, chunks=None, disconnect=False) -> dict:
+    """One request through an ASGI app, in this process: status, headers, body (as
+    wsgi_call). ``chunks``: the body in these parts; ``disconnect``: the client goes away
+    before sending its body (no answer: status None)."""
+    import asyncio
+
+    raw = json.dumps(body).encode() if body is not None else b""
+    parts = chunks if chunks is not None else [raw]
+    size = sum(len(p) for p in parts)
+    scope_headers = [(b"host", b"testserver"), (b"content-length", str(size).encode())]
+    if body is not None or chunks is not None:
+        scope_headers.append((b"content-type", b"application/json"))
+    scope_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": scope_headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("testserver", 80),
+    }
+    messages = [{"type": "http.disconnect"}] if disconnect else []
+    if not disconnect:
+        messages = [
+            {"type": "http.request", "body": part, "more_body": i < len(parts) - 1} for i, part in enumerate(parts)
+        ]
+    sent = []
+
+    async def run():
+        never = asyncio.Event()
+
+        async def receive():
+            if messages:
+                return messages.pop(0)
+            await never.wait()  # the client stays connected until the answer is sent
+
+        async def send(message):
+            sent.append(message)
+
+        await app(scope, receive, send)
+
+    asyncio.run(run())
+    if not sent:
+        return {"status": None, "headers": {}, "body": b""}
+    start = sent[0]
+    headers = {}
+    for name, value in start["headers"]:
+        headers.setdefault(name.decode().lower(), []).append(value.decode("latin1"))
+    return {"status": start["status"], "headers": headers, "body": b"".join(m.get("body", b"") for m in sent[1:])}
+
+
+# --- Redis's own count of the commands it ran -------------------------------------------
+
+
+def redis_calls() -> dict[str, int]:
+    """Commands the Redis server has run so far by name, all databases, INFO itself left out."""
+    from stock.redis_client import stock_redis
+
+    stats = stock_redis().info("commandstats")
+    return {name: v["calls"] for name, v in stats.items() if name != "cmdstat_info"}
+
+
+def calls_since(before: dict[str, int]) -> dict[str, int]:
+    after = redis_calls()
+    return {name: n - before.get(name, 0) for name, n in after.items() if n != before.get(name, 0)}
+
+
+# --- sharded stock (Activity.shards = S > 1) --------------------------------------------
+
+SHARDS = 8
+
+
+def shard_stocks(activity) -> list[int | None]:
+    """The stock left in each of the activity's shards in Redis (None: no key)."""
+    from stock.keys import ActivityKeys
+    from stock.redis_client import stock_redis
+
+    client, keys = stock_redis(), ActivityKeys(activity.pk)
+    return [None if (v := client.get(k.stock)) is None else int(v) for k in keys.shards(activity.shards)]
+
+
+def reserve(activity, user_id: int, quantity: int = 1):
+    """The purchase script for one shopper, with the activity's own limit and shards."""
+    from django.conf import settings
+
+    from stock.keys import ActivityKeys
+    from stock.redis_client import stock_redis
+    from stock.scripts import run_reserve
+
+    return run_reserve(
+        stock_redis(),
+        ActivityKeys(activity.pk),
+        user_id=user_id,
+        quantity=quantity,
+        limit=activity.per_user_limit,
+        shards=activity.shards,
+        partitions=settings.SECKILL_USER_PARTITIONS,
+    )
+
+
+def claim_of(activity, user_id: int) -> bytes | None:
+    """The shopper's claim in their user partition (None: not claimed)."""
+    from django.conf import settings
+
+    from stock.keys import ActivityKeys
+    from stock.redis_client import stock_redis
+
+    part = ActivityKeys(activity.pk).user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+    return stock_redis().hget(part.users, user_id)
+
+
+def assert_identity(activity) -> dict:
+    from seckill.reconciliation import reconcile
+
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"], report
+    return report
+
+
+# --- the merchant's admin -----------------------------------------------------------------
+
+
+def form_data(**overrides) -> dict:
+    """The admin's add/change form of an activity starting in an hour, with ``overrides``."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from .factories import ProductFactory
+
+    start = timezone.now() + timedelta(hours=1)
+    end = start + timedelta(hours=1)
+    data = {
+        "title": "Admin sale",
+        "product": ProductFactory().pk,
+        "seckill_price": "0.50",
+        "start_at_0": start.strftime("%Y-%m-%d"),
+        "start_at_1": start.strftime("%H:%M:%S"),
+        "end_at_0": end.strftime("%Y-%m-%d"),
+        "end_at_1": end.strftime("%H:%M:%S"),
+        "total_stock": "25",
+        "safety_stock": "5",
+        "shards": "1",
+        "per_user_limit": "2",
+        "pay_timeout": "600",
+        "stock-TOTAL_FORMS": "0",
+        "stock-INITIAL_FORMS": "0",
+        "stock-MIN_NUM_FORMS": "0",
+        "stock-MAX_NUM_FORMS": "1",
+    }
+    data.update(overrides)
+    return data

@@ -7,9 +7,9 @@ from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock
 from orders.models import Order
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
-from seckill.services import activity_token_ensure
+from seckill.activities import activity_token_ensure
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from .factories import make_activity, make_users, token_of
 

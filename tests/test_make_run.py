@@ -1,4 +1,4 @@
-"""`make run` end to end: the supervisor (`python -m config.stack`) starts its own
+"""`make run` end to end: the supervisor (`python -m devtools.stack`) starts its own
 embedded PostgreSQL and Redis (in a state folder of its own, so the servers this suite
 runs on are not touched), gunicorn, a Celery worker and beat; a shopper buys through
 HTTP and gets an order; SIGINT (Ctrl-C) or SIGTERM stops every process it started, and
@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from seckill.redis_client import stock_redis
+from stock.redis_client import stock_redis
 
 from .helpers import BASE_DIR, free_port, wait_until
 
@@ -89,12 +89,12 @@ def stack_state_dir():
     yield path
     # Whatever happened, stop what may still run from that folder, then remove it.
     env = {**os.environ, "SECKILL_STATE_DIR": str(path)}
-    subprocess.run([sys.executable, "-m", "config.embedded", "down"], cwd=BASE_DIR, env=env, check=False)
+    subprocess.run([sys.executable, "-m", "devtools.embedded", "down"], cwd=BASE_DIR, env=env, check=False)
     shutil.rmtree(path, ignore_errors=True)
 
 
 class Stack:
-    """`python -m config.stack` (what `make run` runs) on free ports, with its own state
+    """`python -m devtools.stack` (what `make run` runs) on free ports, with its own state
     folder and embedded servers; its output kept for failures."""
 
     def __init__(self, state_dir: Path, log_path: Path):
@@ -117,7 +117,7 @@ class Stack:
         self.base = f"http://127.0.0.1:{self.port}"
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "config.stack"],
+            [sys.executable, "-m", "devtools.stack"],
             cwd=BASE_DIR,
             env=env,
             stdout=self._log,

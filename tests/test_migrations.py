@@ -1,5 +1,5 @@
 """The migrations match the models, and the foreign keys whose column leads a composite
-index keep their constraint without an index of their own (config.migration_ops)."""
+index keep their constraint without an index of their own (core.migration_ops)."""
 
 import pytest
 from django.core.management import call_command

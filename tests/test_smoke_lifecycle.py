@@ -4,9 +4,9 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock, StockMovement
 from orders.models import Order
 from orders.services import orders_create_from_reservations
-from seckill.reservations import reservations_pending
+from seckill.activities import activity_token_ensure
 from seckill.selectors import redis_remaining
-from seckill.services import activity_token_ensure
+from stock.reservations import reservations_pending
 
 from .factories import make_activity, make_users
 

@@ -83,7 +83,7 @@ TEMPLATES = [
 ]
 
 # --- Data stores ----------------------------------------------------------------
-# DATABASE_URL / REDIS_URL are set by the operator, or by config.embedded for the
+# DATABASE_URL / REDIS_URL are set by the operator, or by devtools.embedded for the
 # embedded servers (the run and test commands put them in the environment).
 DATABASE_URL = env("DATABASE_URL", default="")
 REDIS_URL = env("REDIS_URL", default="")
@@ -334,7 +334,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "filters": {
         "request_id": {"()": "config.request_log.RequestIdFilter"},
-        "expected_rejections": {"()": "config.log_filters.ExpectedRejectionFilter"},
+        "expected_rejections": {"()": "core.log_filters.ExpectedRejectionFilter"},
     },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
@@ -351,7 +351,7 @@ LOGGING = {
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         # Django logs every 4xx at WARNING; 409/410/429 are a flash sale's expected answer
-        # to almost every request and are not logged one by one (config/log_filters.py).
+        # to almost every request and are not logged one by one (core/log_filters.py).
         "django.request": {"filters": ["expected_rejections"]},
     },
 }

@@ -1,17 +1,19 @@
-"""Local development: `make run` and `python manage.py …` on a workstation.
+"""Local development: `make run`, `make manage ARGS="…"` on a workstation.
 
-With no DATABASE_URL / REDIS_URL in the environment, the embedded servers are
-started (or reused) so that every management command just works.
+Settings only read the environment. `make run` and `make manage` start the embedded
+PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset, and pass their URLs on.
 """
 
-import os
-
-from config import embedded
-
-os.environ.update(embedded.ensure_services())
+from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import env
+from .base import DATABASE_URL, REDIS_URL, env
+
+if not DATABASE_URL or not REDIS_URL:
+    raise ImproperlyConfigured(
+        'DATABASE_URL and REDIS_URL are unset: use `make run` or `make manage ARGS="…"`, which start the '
+        "embedded servers, or set both (see .env.example)."
+    )
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="local-development-only-not-secret")

@@ -1,14 +1,7 @@
-"""Settings for the test suite (tests/conftest.py starts the embedded servers first)."""
+"""Settings for the test suite. They only read the environment: the servers are started
+before (devtools.pytest_plugin puts the embedded ones' URLs in the environment)."""
 
 import os
-
-from config import embedded
-
-# What this process started itself is stopped at the end of the session (tests/conftest.py),
-# so `make test` leaves nothing running; servers that were already up are left alone.
-_running_before = embedded.running_services()
-os.environ.update(embedded.ensure_services())
-SECKILL_EMBEDDED_STARTED = sorted(embedded.running_services() - _running_before)
 
 from .base import *  # noqa: F403
 from .base import DATABASES, env

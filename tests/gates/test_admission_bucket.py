@@ -1,4 +1,4 @@
-"""The admission token bucket (seckill/lua/admission.lua) on the real Redis, with threads."""
+"""The admission token bucket (stock/lua/admission.lua) on the real Redis, with threads."""
 
 from concurrent.futures import ThreadPoolExecutor
 
@@ -6,9 +6,9 @@ import pytest
 from django.test import RequestFactory, override_settings
 
 from seckill.gates import client_ip
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
-from seckill.scripts import run_admission
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.scripts import run_admission
 
 from ..helpers import wait_until
 

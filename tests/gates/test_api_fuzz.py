@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
 
+from seckill.activities import activity_token_ensure
 from seckill.models import Activity
 from seckill.selectors import activity_snapshot_forget
-from seckill.services import activity_token_ensure
 
 from ..factories import make_activity, make_users, token_of
 

@@ -6,30 +6,15 @@ import time
 import pytest
 
 from orders.models import Order
+from seckill.activities import activity_token_ensure
 from seckill.models import Activity
 from seckill.selectors import activity_snapshot_forget, redis_remaining
-from seckill.services import activity_token_ensure
 
 from ..factories import make_activity, make_users
-from ..helpers import purchase, start_gunicorn, subprocess_env
+from ..helpers import calls_since, purchase, redis_calls
 from .support import assert_stock_invariant, concurrently, keys_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def gunicorn(transactional_db, process_logs):
-    """gunicorn with extra settings in its environment; stopped at the end."""
-    started = []
-
-    def start(**env):
-        process, base = start_gunicorn(process_logs, workers=2, threads=16, env=subprocess_env(**env))
-        started.append(process)
-        return base
-
-    yield start
-    for process in started:
-        process.stop()
 
 
 def test_one_shopper_firing_100_requests_is_limited_after_the_configured_count(gunicorn, celery_worker):
@@ -139,8 +124,6 @@ def test_global_cap_sheds_the_excess_and_every_admitted_purchase_is_correct(guni
 def test_a_limited_shopper_is_answered_from_the_process_memory_until_the_window_ends(gunicorn):
     """Over a fixed window's limit stays over until the window ends: each web process says
     429 itself meanwhile, counted in Redis's own INFO commandstats."""
-    from .test_sold_out_memory import calls_since, redis_calls
-
     base = gunicorn(SECKILL_RATE_PER_USER="2/h", SECKILL_ACTIVITY_CACHE_TTL="120", SECKILL_ACTIVITY_REDIS_TTL="120")
     activity = make_activity(stock=10)
     (user,) = make_users(1)

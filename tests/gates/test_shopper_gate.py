@@ -1,5 +1,5 @@
 """The purchase's token lookup and its rate limits in one call to the cache Redis
-(seckill/lua/shopper_gate.lua), in the order API.md gives its answers."""
+(stock/lua/shopper_gate.lua), in the order API.md gives its answers."""
 
 import pytest
 import redis
@@ -7,13 +7,13 @@ from django.core import checks
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from seckill.activities import activity_token_ensure
 from seckill.apps import rates_check
 from seckill.authentication import SHARED_PREFIX, token_cache_clear, token_shared_fill
 from seckill.gates import rate_parse
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
 from seckill.selectors import gate_redis
-from seckill.services import activity_token_ensure
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from ..factories import make_activity, make_users, token_of
 

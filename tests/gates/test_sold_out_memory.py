@@ -5,13 +5,13 @@ import pytest
 
 from orders.models import Order
 from orders.services import order_cancel
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
+from seckill.activities import activity_token_ensure
 from seckill.selectors import redis_remaining
-from seckill.services import activity_token_ensure
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from ..factories import make_activity, make_users
-from ..helpers import purchase, start_gunicorn, subprocess_env, wait_until
+from ..helpers import calls_since, purchase, redis_calls, wait_until
 from .support import concurrently, keys_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -19,38 +19,28 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 WORKERS = 2
 
 
-def redis_calls() -> dict[str, int]:
-    """Commands the Redis server has run so far by name, all databases, INFO itself left out."""
-    stats = stock_redis().info("commandstats")
-    return {name: v["calls"] for name, v in stats.items() if name != "cmdstat_info"}
-
-
-def calls_since(before: dict[str, int]) -> dict[str, int]:
-    after = redis_calls()
-    return {name: n - before.get(name, 0) for name, n in after.items() if n != before.get(name, 0)}
-
-
-def _server(process_logs, ttl: str):
-    env = subprocess_env(SECKILL_SOLD_OUT_TTL=ttl, SECKILL_ACTIVITY_CACHE_TTL=ttl, SECKILL_ACTIVITY_REDIS_TTL="120")
-    return start_gunicorn(process_logs, workers=WORKERS, threads=8, env=env)
+def _server(gunicorn, ttl: str) -> str:
+    return gunicorn(
+        workers=WORKERS,
+        threads=8,
+        SECKILL_SOLD_OUT_TTL=ttl,
+        SECKILL_ACTIVITY_CACHE_TTL=ttl,
+        SECKILL_ACTIVITY_REDIS_TTL="120",
+    )
 
 
 @pytest.fixture
-def remembering_server(transactional_db, process_logs):
+def remembering_server(gunicorn):
     # The production defaults of the two memories (test settings turn them off).
-    process, base = _server(process_logs, "1")
-    yield base
-    process.stop()
+    return _server(gunicorn, "1")
 
 
 @pytest.fixture
-def long_memory_server(transactional_db, process_logs):
+def long_memory_server(gunicorn):
     # Memories that outlive the measurement, so the count does not depend on how long a
     # busy machine takes for 1,000 requests (with the 1 s defaults each worker adds one
     # script call and one activity read per second on top).
-    process, base = _server(process_logs, "120")
-    yield base
-    process.stop()
+    return _server(gunicorn, "120")
 
 
 def test_after_sold_out_1000_purchases_make_almost_no_redis_calls(long_memory_server):

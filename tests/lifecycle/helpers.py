@@ -6,10 +6,10 @@ from django.db import connection
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order, ReconciliationReport
 from orders.services import orders_create_from_reservations
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
-from seckill.reservations import reservations_pending
-from seckill.scripts import LogEntry, ScriptCode, run_purchase
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_pending
+from stock.scripts import LogEntry, ScriptCode, run_purchase
 
 
 def reserve(activity, user, quantity: int = 1) -> LogEntry:

@@ -10,9 +10,9 @@ import pytest
 
 from inventory.models import SeckillStock
 from orders.services import order_cancel
+from seckill.lifecycle import activity_warmup
 from seckill.reconciliation import reconcile
 from seckill.selectors import redis_remaining
-from seckill.services import activity_warmup
 
 from ..factories import make_activity, make_users
 from .helpers import buy

@@ -23,21 +23,15 @@ from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order, ReleasedReservation
 from orders.services import order_cancel, orders_create_from_reservations, reservation_give_up
 from orders.tasks import order_create_task
-from seckill.keys import ActivityKeys, claim_value
+from seckill.lifecycle import WarmupError, WarmupResult, activity_close, activity_warmup
 from seckill.models import Activity
 from seckill.reconciliation import reconcile
-from seckill.redis_client import stock_redis
-from seckill.reservations import reservations_pending
-from seckill.scripts import LogEntry, ScriptCode, run_reserve
+from seckill.replay import reservations_drain, reservations_replay
 from seckill.selectors import redis_remaining
-from seckill.services import (
-    WarmupError,
-    WarmupResult,
-    activity_close,
-    activity_warmup,
-    reservations_drain,
-    reservations_replay,
-)
+from stock.keys import ActivityKeys, claim_value
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_pending
+from stock.scripts import LogEntry, ScriptCode, run_reserve
 
 from ..factories import make_activity, make_users
 from ..helpers import shopping_while_rewarming, wait_until

@@ -14,14 +14,14 @@ from prometheus_client import REGISTRY
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order, ReconciliationReport
 from orders.services import _insert_orders, order_cancel, order_pay
-from seckill.keys import ActivityKeys
+from seckill.lifecycle import activity_close, activity_stop_selling
 from seckill.models import Activity
 from seckill.reconciliation import REPORT_CONTRACT_KEYS, reconcile
-from seckill.redis_client import stock_redis
-from seckill.reservations import reservations_acknowledge
 from seckill.selectors import redis_remaining
-from seckill.services import activity_close, activity_stop_selling
 from seckill.tasks import reconcile_live_task
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_acknowledge
 
 from ..factories import make_activity, make_users
 from ..helpers import wait_until
@@ -137,7 +137,7 @@ def test_injected_faults_land_in_their_buckets_and_a_second_run_changes_nothing(
     assert reports(activity) == 2
 
     # Staff correct Redis (a forced re-warm derives it from the database): the identity holds.
-    from seckill.services import activity_warmup
+    from seckill.lifecycle import activity_warmup
 
     activity_warmup(activity_id=activity.pk, force=True)
     third = reconcile(activity_id=activity.pk)

@@ -12,11 +12,11 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
 from orders.services import anomaly_record, order_pay
-from seckill.keys import ActivityKeys
 from seckill.models import Activity
 from seckill.reconciliation import reconcile
-from seckill.redis_client import stock_redis
 from seckill.selectors import redis_remaining
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from ..factories import UserFactory, make_activity, make_users
 from .helpers import buy, reserve
@@ -187,7 +187,7 @@ def test_staff_recreate_the_order_of_a_released_reservation_and_return_its_stock
     (shopper,) = make_users(1)
     # A reservation that never became an order and was given back.
     entry = reserve(activity, shopper)
-    from seckill.reservations import reservation_release
+    from stock.reservations import reservation_release
 
     reservation_release(activity_id=activity.pk, entry=entry, free_participant=True, reason="replay_exhausted")
     anomaly = _anomaly(activity, shopper)
@@ -246,7 +246,7 @@ def test_sharded_anomalies_name_their_shard_and_staff_return_the_units_there(set
     two faults, and each one's units go back to its own shard."""
     from orders.selectors import anomaly_evidence
     from orders.services import anomaly_open, anomaly_stock_return
-    from seckill.scripts import LogEntry, ScriptCode, run_reserve
+    from stock.scripts import LogEntry, ScriptCode, run_reserve
 
     activity = make_activity(stock=6, shards=2)
     client, keys = stock_redis(), ActivityKeys(activity.pk)

@@ -14,12 +14,13 @@ from inventory.models import SeckillStock, StockMovement
 from inventory.services import InsufficientStock, stock_return
 from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_units_return_safely, orders_units_return
-from seckill.keys import ActivityKeys
+from seckill.lifecycle import WarmupError, activity_close, activity_warmup
 from seckill.models import Activity
 from seckill.reconciliation import reconcile
-from seckill.redis_client import stock_redis
+from seckill.replay import reservations_replay
 from seckill.selectors import redis_remaining
-from seckill.services import WarmupError, activity_close, activity_warmup, reservations_replay
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from ..factories import make_activity, make_users
 from ..helpers import wait_until

@@ -22,11 +22,11 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock
 from orders.models import Order
 from orders.services import DB_PATH_PREFIX, order_create_direct
-from seckill.keys import ActivityKeys
+from seckill.activities import activity_token_ensure, blacklist_entry_save, shopper_profile_save
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
-from seckill.redis_client import reset_stock_redis
 from seckill.selectors import activity_snapshot_forget
-from seckill.services import activity_token_ensure, blacklist_entry_save, shopper_profile_save
+from stock.keys import ActivityKeys
+from stock.redis_client import reset_stock_redis
 
 from ..drills.infra import TcpProxy, assert_nothing_lost_nothing_doubled, start_celery_beat, units_ordered
 from ..factories import make_activity, make_users

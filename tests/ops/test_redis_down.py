@@ -9,15 +9,16 @@ import pytest
 from django.db import connection, transaction
 from django.db.models import Count, Sum
 
+from core.errors import ApiError
 from inventory.models import SeckillStock, StockMovement
 from orders.models import Order
 from orders.services import DB_PATH_PREFIX
 from seckill.breaker import CircuitBreaker, redis_breaker
-from seckill.errors import ApiError
+from seckill.purchase import purchase_reserve
 from seckill.reconciliation import reconcile
-from seckill.redis_client import reset_stock_redis
+from seckill.replay import reservations_drain
 from seckill.selectors import activity_snapshot, redis_remaining
-from seckill.services import purchase_reserve, reservations_drain
+from stock.redis_client import reset_stock_redis
 
 from ..factories import make_activity, make_users
 from ..helpers import free_port, wait_until, waiting_on_a_lock

@@ -24,15 +24,17 @@ from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_number, orders_create_from_reservations
 from orders.tasks import order_create_task
-from seckill.keys import ActivityKeys
+from seckill.activities import activity_token_ensure
 from seckill.models import Activity
+from seckill.purchase import purchase_reserve
 from seckill.reconciliation import reconcile
-from seckill.redis_client import stock_redis
-from seckill.reservations import reservations_pending
-from seckill.scripts import LogEntry, ScriptCode, run_purchase
+from seckill.replay import reservations_replay
 from seckill.selectors import activity_snapshot, purchase_result, redis_remaining
-from seckill.services import activity_token_ensure, purchase_reserve, reservations_replay
 from seckill.tasks import reservations_drain_task, reservations_replay_task
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_pending
+from stock.scripts import LogEntry, ScriptCode, run_purchase
 
 from ..factories import make_activity, make_users, token_of
 from ..helpers import (

@@ -4,64 +4,30 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
 from inventory.models import SeckillStock
 from orders.models import Order
 from orders.services import order_pay, orders_create_from_reservations
-from seckill.keys import ActivityKeys
 from seckill.models import Activity
 from seckill.reconciliation import reconcile
-from seckill.redis_client import stock_redis
-from seckill.reservations import reservations_pending
-from seckill.scripts import ScriptCode, run_purchase
 from seckill.selectors import redis_remaining
 from seckill.tasks import activity_close_task
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_pending
+from stock.scripts import ScriptCode, run_purchase
 
-from ..factories import ProductFactory, make_activity, make_users
-from ..helpers import wait_until
+from ..factories import make_activity, make_users
+from ..helpers import form_data, wait_until
 
 CHANGELIST = "/admin/seckill/activity/"
-
-
-@pytest.fixture
-def merchant(db) -> Client:
-    user = get_user_model().objects.create_superuser("merchant", "m@example.com", "pw-merchant")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def cell(html: str, column: str, row: int = 0) -> str:
     values = re.findall(rf'<td class="field-{column}[^"]*">(.*?)</td>', html, re.S)
     return values[row].strip()
-
-
-def form_data(**overrides) -> dict:
-    start = timezone.now() + timedelta(hours=1)
-    end = start + timedelta(hours=1)
-    data = {
-        "title": "Admin sale",
-        "product": ProductFactory().pk,
-        "seckill_price": "0.50",
-        "start_at_0": start.strftime("%Y-%m-%d"),
-        "start_at_1": start.strftime("%H:%M:%S"),
-        "end_at_0": end.strftime("%Y-%m-%d"),
-        "end_at_1": end.strftime("%H:%M:%S"),
-        "total_stock": "25",
-        "safety_stock": "5",
-        "shards": "1",
-        "per_user_limit": "2",
-        "pay_timeout": "600",
-        "stock-TOTAL_FORMS": "0",
-        "stock-INITIAL_FORMS": "0",
-        "stock-MIN_NUM_FORMS": "0",
-        "stock-MAX_NUM_FORMS": "1",
-    }
-    data.update(overrides)
-    return data
 
 
 def run_action(client: Client, action: str, *activities):

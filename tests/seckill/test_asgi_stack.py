@@ -1,123 +1,29 @@
 """config.asgi.application, what gunicorn's uvicorn workers serve: a token-authenticated
 API call goes straight to the API handler (config.handlers.TokenApiFastPath), everything
 else through the WSGI stacks on the thread pool. Both give the same answers: the fast
-path only leaves out the WSGI adapter, never a rule."""
+path only leaves out the WSGI adapter, never a rule (the tests taking ``api_stack`` in
+test_api_stack.py run through both)."""
 
-import asyncio
 import json
 
 import pytest
-from prometheus_client import REGISTRY
 
-from config.handlers import FAST_PATH_MAX_BODY, StackDispatcher, get_asgi_application
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
-from seckill.services import activity_token_ensure
+from config.handlers import FAST_PATH_MAX_BODY, StackDispatcher
+from seckill.activities import activity_token_ensure
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from ..factories import make_activity, make_users, token_of
-from .test_api_stack import call as wsgi_call
+from ..helpers import asgi_call, wsgi_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-class Counted:
-    """The ASGI app behind the fast path, counting the requests it is handed."""
-
-    def __init__(self, app):
-        self.app, self.calls = app, 0
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            self.calls += 1
-        return await self.app(scope, receive, send)
-
-
-@pytest.fixture(scope="module")
-def application():
-    app = get_asgi_application()
-    app.app = Counted(app.app)
-    yield app
-    app.executor.shutdown(wait=True)
-
-
-def asgi_call(app, method: str, path: str, *, headers=None, body=None, chunks=None, disconnect=False) -> dict:
-    """One request through the ASGI app, in this process: status, headers, body."""
-    raw = json.dumps(body).encode() if body is not None else b""
-    parts = chunks if chunks is not None else [raw]
-    size = sum(len(p) for p in parts)
-    scope_headers = [(b"host", b"testserver"), (b"content-length", str(size).encode())]
-    if body is not None or chunks is not None:
-        scope_headers.append((b"content-type", b"application/json"))
-    scope_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": scope_headers,
-        "client": ("127.0.0.1", 40000),
-        "server": ("testserver", 80),
-    }
-    messages = [{"type": "http.disconnect"}] if disconnect else []
-    if not disconnect:
-        messages = [
-            {"type": "http.request", "body": part, "more_body": i < len(parts) - 1} for i, part in enumerate(parts)
-        ]
-    sent = []
-
-    async def run():
-        never = asyncio.Event()
-
-        async def receive():
-            if messages:
-                return messages.pop(0)
-            await never.wait()  # the client stays connected until the answer is sent
-
-        async def send(message):
-            sent.append(message)
-
-        await app(scope, receive, send)
-
-    asyncio.run(run())
-    if not sent:
-        return {"status": None, "headers": {}, "body": b""}
-    start = sent[0]
-    headers = {}
-    for name, value in start["headers"]:
-        headers.setdefault(name.decode().lower(), []).append(value.decode("latin1"))
-    return {"status": start["status"], "headers": headers, "body": b"".join(m.get("body", b"") for m in sent[1:])}
-
-
-def purchases_counted(code: str) -> float:
-    return REGISTRY.get_sample_value("seckill_purchase_total", {"code": code}) or 0.0
-
-
-def test_token_purchase_takes_the_fast_path_with_the_api_chain(application):
-    activity = make_activity(stock=5, per_user_limit=3)
-    (user,) = make_users(1, prefix="asgi")
-    before_calls, before_queued = application.app.calls, purchases_counted("queued")
-    answer = asgi_call(
-        application,
-        "POST",
-        f"/api/activities/{activity.pk}/purchase",
-        headers={"Authorization": f"Token {token_of(user)}", "X-Request-ID": "req-7"},
-        body={"token": activity_token_ensure(activity_id=activity.pk), "quantity": 2},
-    )
-    assert answer["status"] == 202, answer
-    assert json.loads(answer["body"])["code"] == "queued"
-    assert int(stock_redis().get(ActivityKeys(activity.pk).stock)) == 3
-    assert application.app.calls == before_calls, "answered without the WSGI adapter"
-    headers = answer["headers"]
-    assert headers["x-request-id"] == ["req-7"]  # RequestIdMiddleware
-    assert headers["x-content-type-options"] == ["nosniff"]  # SecurityMiddleware
-    assert headers["content-type"] == ["application/json"]
-    assert "set-cookie" not in headers and "content-security-policy" not in headers
-    assert purchases_counted("queued") == before_queued + 1  # PurchaseOutcomeMiddleware
+@pytest.fixture
+def application(asgi_application):
+    """config.asgi.application (tests/seckill/conftest.py): ``.app.calls`` counts what it
+    hands to the WSGI stacks."""
+    return asgi_application
 
 
 def test_a_shopper_polling_for_the_result_takes_the_fast_path_too(application):
@@ -134,18 +40,6 @@ def test_a_shopper_polling_for_the_result_takes_the_fast_path_too(application):
     assert json.loads(answer["body"])["code"] == "none"
     assert answer["headers"]["cache-control"] == ["no-store, max-age=0"]
     assert application.app.calls == before
-
-
-def test_every_other_request_goes_through_the_wsgi_stacks(application):
-    before = application.app.calls
-    ping = asgi_call(application, "GET", "/api/ping")
-    assert (ping["status"], json.loads(ping["body"])) == (200, {"ok": True})
-    assert "content-security-policy" in ping["headers"]  # the full chain
-    activity = make_activity(stock=5)
-    no_token = asgi_call(application, "POST", f"/api/activities/{activity.pk}/purchase", body={"token": "x"})
-    assert no_token["status"] == 401 and json.loads(no_token["body"])["code"] == "not_authenticated"
-    assert application.app.calls == before + 2
-    assert int(stock_redis().get(ActivityKeys(activity.pk).stock)) == 5
 
 
 def test_the_fast_path_answers_as_the_wsgi_stack_does(application):

@@ -11,11 +11,11 @@ from django.test import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from seckill.activities import activity_token_ensure
 from seckill.authentication import SHARED_PREFIX, token_cache_clear
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
 from seckill.selectors import gate_redis
-from seckill.services import activity_token_ensure
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from ..factories import make_activity, make_users, token_of
 

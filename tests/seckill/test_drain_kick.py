@@ -9,10 +9,10 @@ from celery.signals import before_task_publish
 from django.db.models import Sum
 
 from orders.models import Order
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
+from seckill.purchase import purchase_reserve
 from seckill.selectors import activity_snapshot
-from seckill.services import purchase_reserve
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from ..factories import make_activity, make_users
 from ..helpers import wait_until
@@ -72,8 +72,8 @@ def test_a_purchase_while_a_drain_task_works_publishes_nothing_and_still_gets_it
     import psycopg
     from django.db import connection
 
-    from seckill.scripts import run_purchase
     from seckill.tasks import reservations_drain_task
+    from stock.scripts import run_purchase
 
     from ..helpers import waiting_on_a_lock
 

@@ -16,16 +16,19 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from orders.models import Order
-from seckill.keys import ActivityKeys, claim_pending, claim_value
+from seckill.activities import activity_token_ensure
+from seckill.lifecycle import activity_warmup
+from seckill.purchase import purchase_reserve
 from seckill.reconciliation import reconcile
-from seckill.redis_client import stock_redis
-from seckill.reservations import reservations_pending
-from seckill.scripts import CLAIM, SHARD_PURCHASE, ScriptCode
+from seckill.replay import reservations_replay
 from seckill.selectors import activity_snapshot, purchase_result
-from seckill.services import activity_token_ensure, activity_warmup, purchase_reserve, reservations_replay
+from stock.keys import ActivityKeys, claim_pending, claim_value
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_pending
+from stock.scripts import CLAIM, SHARD_PURCHASE, ScriptCode
 
 from ..factories import make_activity, make_users, token_of
-from .test_sharded_stock import SHARDS, assert_identity, claim_of, shard_stocks
+from ..helpers import SHARDS, assert_identity, claim_of, shard_stocks
 
 STALE_S = 60  # well past SECKILL_CLAIM_PENDING_TIMEOUT (10 s)
 

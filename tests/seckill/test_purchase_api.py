@@ -13,10 +13,10 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order
 from orders.services import orders_create_from_reservations
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
-from seckill.reservations import reservations_pending
-from seckill.services import activity_token_ensure
+from seckill.activities import activity_token_ensure
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_pending
 
 from ..factories import make_activity, make_users, token_of
 
@@ -148,7 +148,7 @@ def test_missing_stock_key_is_busy_never_sold_out(shopper):
 
 def test_moving_the_start_into_the_future_withdraws_the_token(shopper):
     """A token handed out before the start was moved must not open the new start early."""
-    from seckill.services import activity_save
+    from seckill.activities import activity_save
 
     activity = make_activity(stock=5)
     token = activity_token_ensure(activity_id=activity.pk)

@@ -4,10 +4,10 @@ the per-user limit, nor a zero or negative quantity that would add stock."""
 
 import pytest
 
-from seckill.keys import ActivityKeys
-from seckill.redis_client import stock_redis
-from seckill.scripts import ScriptCode, run_purchase
 from seckill.selectors import redis_remaining
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.scripts import ScriptCode, run_purchase
 
 from ..factories import make_activity, make_users
 

@@ -9,16 +9,15 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from seckill.keys import ActivityKeys
+from seckill.activities import ActivityChangeRefused, activity_save
 from seckill.models import Activity
-from seckill.redis_client import stock_redis
-from seckill.scripts import ScriptCode
 from seckill.selectors import activity_snapshot_forget, redis_remaining
-from seckill.services import ActivityChangeRefused, activity_save
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.scripts import ScriptCode
 
 from ..factories import make_activity, make_users
-from .test_admin import form_data, merchant  # noqa: F401 (fixture)
-from .test_sharded_stock import assert_identity, reserve, shard_stocks
+from ..helpers import assert_identity, form_data, reserve, shard_stocks
 
 
 def stock_keys_left(activity_id: int, shards: int) -> list[str]:
@@ -120,7 +119,7 @@ def change_form(activity, **overrides) -> dict:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_admin_changes_the_shards_of_a_warmed_upcoming_sale_and_rewarms_it(merchant):  # noqa: F811
+def test_admin_changes_the_shards_of_a_warmed_upcoming_sale_and_rewarms_it(merchant):
     activity = make_activity(stock=40, started=False, shards=8)
     url = f"/admin/seckill/activity/{activity.pk}/change/"
     page = merchant.get(url).content.decode()
@@ -137,7 +136,7 @@ def test_admin_changes_the_shards_of_a_warmed_upcoming_sale_and_rewarms_it(merch
 
 
 @pytest.mark.django_db(transaction=True)
-def test_admin_shows_the_shards_read_only_once_the_start_is_near(merchant):  # noqa: F811
+def test_admin_shows_the_shards_read_only_once_the_start_is_near(merchant):
     near = make_activity(stock=16, shards=8, start_at=timezone.now() + timedelta(seconds=30))
     url = f"/admin/seckill/activity/{near.pk}/change/"
     page = merchant.get(url).content.decode()

@@ -3,11 +3,10 @@ shopper in a user partition, then takes units from a random shard (up to three t
 everything after the purchase (order, ack, release, return, replay, warm-up,
 reconciliation, close) uses the shard the units came from.
 
-The concurrency invariants with S = 8 run against real gunicorn and Celery processes;
-the same on a real Redis Cluster is in tests/cluster/test_cluster_concurrency.py.
+The concurrency invariants with S = 8 (real gunicorn and Celery processes, on this Redis
+and on a real Redis Cluster) are the "8-shards" cases of
+tests/seckill/test_purchase_concurrency.py.
 """
-
-import random
 
 import pytest
 from django.conf import settings
@@ -17,76 +16,18 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock
 from orders.models import Order
 from orders.services import order_cancel, orders_create_from_reservations
-from seckill.keys import ActivityKeys, claim_value
-from seckill.reconciliation import reconcile
-from seckill.redis_client import stock_redis
-from seckill.reservations import reservations_pending
-from seckill.scripts import ScriptCode, run_reserve
+from seckill.activities import activity_token_ensure
+from seckill.lifecycle import activity_keys_remove, activity_warmup
+from seckill.replay import reservations_replay
 from seckill.selectors import purchase_result, redis_remaining, redis_remaining_many
-from seckill.services import activity_keys_remove, activity_token_ensure, activity_warmup, reservations_replay
 from seckill.tasks import display_totals_task
+from stock.keys import ActivityKeys, claim_value
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_pending
+from stock.scripts import ScriptCode
 
 from ..factories import make_activity, make_users, token_of
-from .test_purchase_concurrency import _assert_settled, _hammer
-
-SHARDS = 8
-
-
-def shard_stocks(activity) -> list[int | None]:
-    client, keys = stock_redis(), ActivityKeys(activity.pk)
-    return [None if (v := client.get(k.stock)) is None else int(v) for k in keys.shards(activity.shards)]
-
-
-def reserve(activity, user_id: int, quantity: int = 1):
-    return run_reserve(
-        stock_redis(),
-        ActivityKeys(activity.pk),
-        user_id=user_id,
-        quantity=quantity,
-        limit=activity.per_user_limit,
-        shards=activity.shards,
-        partitions=settings.SECKILL_USER_PARTITIONS,
-    )
-
-
-def claim_of(activity, user_id: int) -> bytes | None:
-    part = ActivityKeys(activity.pk).user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
-    return stock_redis().hget(part.users, user_id)
-
-
-def assert_identity(activity) -> dict:
-    report = reconcile(activity_id=activity.pk)
-    assert report["identity_ok"], report
-    return report
-
-
-# --- concurrency (real processes) ------------------------------------------------
-
-
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_1000_shoppers_100_units_on_8_shards(web_server, celery_worker):
-    activity = make_activity(stock=100, shards=SHARDS)
-    users = make_users(1000)
-    statuses = _hammer(web_server, activity, users, [1] * 1000)
-    assert statuses.count(202) == 100, sorted(set(statuses))
-    assert statuses.count(410) == 900
-    _assert_settled(activity, 100)
-    assert shard_stocks(activity) == [0] * SHARDS
-
-
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_mixed_quantities_limit_3_on_8_shards(web_server, celery_worker):
-    activity = make_activity(stock=100, per_user_limit=3, shards=SHARDS)
-    users = make_users(600)
-    rng = random.Random(42)
-    statuses = _hammer(web_server, activity, users, [rng.randint(1, 3) for _ in users])
-    assert set(statuses) <= {202, 410}, sorted(set(statuses))
-    _assert_settled(activity, 100)
-    assert shard_stocks(activity) == [0] * SHARDS
-    assert not Order.objects.filter(activity=activity, quantity__gt=3).exists()
-
+from ..helpers import SHARDS, assert_identity, claim_of, reserve, shard_stocks
 
 # --- the purchase ----------------------------------------------------------------
 

@@ -19,14 +19,16 @@ from rest_framework.test import APIClient
 from inventory.models import Product, SeckillStock
 from orders.models import AnomalyOrder, Order
 from orders.services import orders_create_from_reservations
-from seckill.keys import ActivityKeys
+from seckill.activities import activity_token_ensure
+from seckill.lifecycle import WarmupResult
 from seckill.models import Activity
 from seckill.reconciliation import REPORT_CONTRACT_KEYS, reconcile
-from seckill.redis_client import stock_redis
-from seckill.reservations import reservations_pending
+from seckill.replay import reservations_drain
 from seckill.selectors import redis_remaining
-from seckill.services import WarmupResult, activity_token_ensure, reservations_drain
 from seckill.tasks import activities_autowarm_task
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_pending
 
 from ..factories import make_activity, make_users, token_of
 from ..helpers import shopping_while_rewarming

@@ -12,8 +12,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from orders.models import Order, Payment
+from seckill.activities import activity_save
 from seckill.selectors import redis_remaining
-from seckill.services import activity_save
 from tests.factories import ProductFactory, UserFactory, make_activity
 from tests.helpers import wait_until
 

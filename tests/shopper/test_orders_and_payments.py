@@ -9,8 +9,9 @@ from django.test import Client
 from inventory.models import SeckillStock
 from orders.models import Order, Payment
 from orders.payments import payment_sign
+from seckill.purchase import purchase_reserve
+from seckill.replay import reservations_drain
 from seckill.selectors import activity_snapshot, redis_remaining
-from seckill.services import purchase_reserve, reservations_drain
 from tests.factories import UserFactory, make_activity
 
 pytestmark = pytest.mark.django_db

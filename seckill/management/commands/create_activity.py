@@ -7,7 +7,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.models import Product
-from seckill.services import WarmupError, activity_create, activity_warmup
+from seckill.activities import activity_create
+from seckill.lifecycle import WarmupError, activity_warmup
 
 from ._time import parse_when
 

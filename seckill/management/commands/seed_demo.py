@@ -8,8 +8,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from inventory.models import Product
+from seckill.activities import activity_create
+from seckill.lifecycle import activity_warmup
 from seckill.models import Activity
-from seckill.services import activity_create, activity_warmup
 
 SHOPPERS = ["alice", "bob", "carol", "dave", "erin"]
 SHOPPER_PASSWORD = "shop-demo-2026"  # noqa: S105 - demo accounts, printed by make run

@@ -10,8 +10,9 @@ import redis
 from django.conf import settings
 from redis.commands.core import Script
 
+from core.metrics import script_timer
+
 from .keys import ActivityKeys, claim_pending, claim_value
-from .metrics import script_timer
 
 _LUA_DIR = Path(__file__).parent / "lua"
 
@@ -86,7 +87,7 @@ def _run_purchase_sharded(
     reply = PurchaseReply(ScriptCode.SOLD_OUT, 0, "")
     # A Redis error on the way leaves the claim pending: a timed-out script may have
     # reserved, and a shopper blocked is safer than one who can buy twice. Once it is
-    # older than SECKILL_CLAIM_PENDING_TIMEOUT, seckill.reservations.claim_pending_settle
+    # older than SECKILL_CLAIM_PENDING_TIMEOUT, stock.reservations.claim_pending_settle
     # settles it from the shard logs and the orders.
     for shard in random.sample(range(shards), min(SHARD_TRIES, shards)):
         shard_keys = keys.shard(shard)

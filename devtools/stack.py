@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from config import embedded
+from devtools import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -7,10 +7,11 @@ loopback TCP ports recorded in ``.local/`` so that web, worker and beat (separat
 processes) share one server each.  ``ensure_*`` is idempotent: a server that already
 runs is reused, so a second ``make run`` or a test run beside it starts nothing new.
 
-Command line (used by the Makefile and ``config.stack``)::
+Command line (used by the Makefile and ``devtools.stack``)::
 
-    python -m config.embedded up     # start what is needed, print KEY=VALUE lines
-    python -m config.embedded down   # stop what this project started
+    python -m devtools.embedded up               # start what is needed, print KEY=VALUE lines
+    python -m devtools.embedded down             # stop what this project started
+    python -m devtools.embedded run -- CMD ...   # start what is needed, run CMD with the URLs set
 """
 
 from __future__ import annotations
@@ -313,11 +314,18 @@ def main(argv: list[str]) -> int:
         for key, value in ensure_services().items():
             print(f"{key}={value}")
         return 0
+    if command == "run":
+        cmd = argv[3:] if len(argv) > 2 and argv[2] == "--" else argv[2:]
+        if not cmd:
+            print("usage: python -m devtools.embedded run -- CMD ...", file=sys.stderr)
+            return 2
+        env = {**os.environ, **ensure_services()}
+        return subprocess.run(cmd, env=env, check=False).returncode
     if command == "down":
         stopped = stop_services()
         print("stopped: " + (", ".join(stopped) or "nothing was running"), file=sys.stderr)
         return 0
-    print(f"usage: python -m config.embedded [up|down] (got {command!r})", file=sys.stderr)
+    print(f"usage: python -m devtools.embedded [up|down|run -- CMD] (got {command!r})", file=sys.stderr)
     return 2
 
 

@@ -5,15 +5,12 @@ With sharded stock (S > 1) every entry lives in the log of the shard it was take
 from (``LogEntry.shard``), and the shopper's claim in their user partition."""
 
 import logging
-import time
 from collections.abc import Iterable
 
 from django.conf import settings
-from django.db import DatabaseError
 
-from orders.models import Order
-
-from .keys import ActivityKeys, claim_pending_since, claim_value
+from .keys import ActivityKeys, claim_value
+from .layout import activity_shards
 from .redis_client import stock_redis
 from .scripts import (
     LogEntry,
@@ -24,12 +21,8 @@ from .scripts import (
     run_shard_release,
     run_shard_return,
 )
-from .selectors import activity_shards
 
 logger = logging.getLogger(__name__)
-
-# Log ids come from the Redis clock, a pending claim's time from a web process's.
-_CLOCK_MARGIN_MS = 60_000
 
 
 def reservations_pending(
@@ -156,83 +149,3 @@ def order_units_return(
             new="",
         )
     return returned
-
-
-def claim_pending_settle(
-    *, activity_id: int, user_id: int, held: str, shards: int, now_ms: int | None = None
-) -> str | None:
-    """S > 1: settle a pending claim that a Redis error left behind. Returns the claim the
-    shopper holds now when this call changed it ('' = none: free to buy again), else None.
-
-    A claim younger than SECKILL_CLAIM_PENDING_TIMEOUT may belong to a purchase in
-    flight and is left alone. An older one becomes the claim of the shopper's
-    reservation if a shard script did run (a timeout after success): the entry in a
-    shard's log, or once ordered, the live order (the log is read first: an entry leaves
-    it only after its order has committed). Only with neither is it removed. Every change
-    is a compare-and-set on the exact pending value, so a purchase that settles its own
-    claim meanwhile wins, and no shopper ends with two reservations.
-    """
-    since = claim_pending_since(held)
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    if since is None or now_ms - since < settings.SECKILL_CLAIM_PENDING_TIMEOUT * 1000:
-        return None
-    client, keys = stock_redis(), ActivityKeys(activity_id)
-    new = _reservation_claim(client, keys, user_id=user_id, shards=shards, since_ms=since - _CLOCK_MARGIN_MS)
-    if new is None:
-        try:
-            live = (
-                Order.objects.filter(activity_id=activity_id, user_id=user_id, status__in=Order.LIVE_STATUSES)
-                .values_list("shard", "reservation_id")
-                .first()
-            )
-        except DatabaseError as exc:  # cannot tell: the claim stays, the next attempt decides
-            logger.warning("pending claim of user %s in activity %s kept: %s", user_id, activity_id, exc)
-            return None
-        new = claim_value(*live) if live else ""
-    partition = keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
-    if not run_claim_settle(client, partition, user_id=user_id, expected=held, new=new):
-        return None
-    logger.info("pending claim of user %s in activity %s settled: %r", user_id, activity_id, new or "released")
-    return new
-
-
-def _reservation_claim(client, keys: ActivityKeys, *, user_id: int, shards: int, since_ms: int) -> str | None:
-    """The claim value of the shopper's reservation in any shard's log made since ``since_ms``."""
-    for shard in range(shards):
-        start = f"{max(since_ms, 0)}-0"
-        while True:
-            entries = client.xrange(keys.shard(shard).log, min=start, max="+", count=1000)
-            for entry_id, fields in entries:
-                entry = parse_log_entry(entry_id, fields)
-                if entry.user_id == user_id:
-                    return claim_value(entry.shard, entry.reservation_id)
-            if len(entries) < 1000:
-                break
-            start = f"({entries[-1][0].decode() if isinstance(entries[-1][0], bytes) else entries[-1][0]}"
-    return None
-
-
-def claims_pending_settle(*, activity_id: int, shards: int, now_ms: int | None = None) -> int:
-    """S > 1: settle every pending claim older than SECKILL_CLAIM_PENDING_TIMEOUT
-    (reconciliation), so that a shopper who does not try again is not "queued" forever.
-    Returns the number of claims settled."""
-    if shards == 1:
-        return 0
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    cutoff = now_ms - int(settings.SECKILL_CLAIM_PENDING_TIMEOUT * 1000)
-    client, keys, settled = stock_redis(), ActivityKeys(activity_id), 0
-    for p in range(settings.SECKILL_USER_PARTITIONS):
-        partition = keys.partition(p)
-        for member in client.zrangebyscore(partition.pending, "-inf", cutoff):
-            user_id = int(member)
-            held = client.hget(partition.users, user_id)
-            held = held.decode() if held is not None else ""
-            if claim_pending_since(held) is None:
-                # Not pending any more (gone with its keys, or restored by a warm-up).
-                client.zrem(partition.pending, member)
-                continue
-            new = claim_pending_settle(
-                activity_id=activity_id, user_id=user_id, held=held, shards=shards, now_ms=now_ms
-            )
-            settled += new is not None
-    return settled

@@ -1,143 +1,32 @@
-"""Writes of the flash sale: activities, warm-up, the purchase itself, replay and close."""
+"""An activity's stock in Redis over its life: warm-up (and forced re-warm), a change of layout
+(shard count), the display total, and the close that stops selling, reconciles and removes the keys."""
 
-import functools
 import logging
-import secrets
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
-from decimal import Decimal
+from datetime import timedelta
 
 import redis
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from inventory.models import Product, SeckillStock
-from inventory.services import stock_create, stock_set_total
-from orders.models import AnomalyOrder, Order
+from orders.models import Order
+from orders.services import orders_units_return
+from stock.keys import ActivityKeys, claim_value
+from stock.redis_client import stock_redis
+from stock.scripts import run_claim_settle, run_warmup, warmup_shares
 
-from .errors import ApiError, busy
-from .keys import ActivityKeys, claim_value
 from .models import Activity
-from .redis_client import stock_redis
-from .reservations import claim_pending_settle, reservation_attempt, reservations_pending
-from .scripts import ScriptCode, run_claim_settle, run_reserve, run_warmup, warmup_shares
+from .reconciliation import reconcile, reconciliation_measure
+from .replay import reservations_drain
 from .selectors import (
-    ActivitySnapshot,
     activity_snapshot_fill,
     activity_snapshot_forget,
-    activity_snapshot_forget_local,
-    blacklist_forget,
     redis_stock_totals,
-    shopper_facts_forget,
 )
-from .soldout import sold_out_note
 
 logger = logging.getLogger(__name__)
-
-
-# --- activities ---------------------------------------------------------------
-
-
-def activity_create(
-    *,
-    title: str,
-    product: Product,
-    seckill_price: Decimal,
-    start_at: datetime,
-    end_at: datetime,
-    total_stock: int,
-    per_user_limit: int = 1,
-    shards: int = 1,
-    safety_stock: int = 0,
-    pay_timeout: int | None = None,
-) -> Activity:
-    """Create an activity together with its database stock row."""
-    activity = Activity(
-        title=title,
-        product=product,
-        seckill_price=seckill_price,
-        start_at=start_at,
-        end_at=end_at,
-        total_stock=total_stock,
-        per_user_limit=per_user_limit,
-        shards=shards,
-        safety_stock=safety_stock,
-        pay_timeout=pay_timeout if pay_timeout is not None else settings.SECKILL_DEFAULT_PAY_TIMEOUT,
-    )
-    activity.full_clean()
-    with transaction.atomic():
-        activity.save()
-        stock_create(activity_id=activity.pk, total=total_stock)
-        activity_start_schedule(activity_id=activity.pk)
-    activity_snapshot_forget(activity.pk)  # the id may be cached as absent
-    return activity
-
-
-_SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at"})
-
-# The shard count may change until this long before the start: the stock is laid out
-# again in Redis after the save, and every web process must see the new count (its
-# cached copy of the activity lives SECKILL_ACTIVITY_CACHE_TTL) before the first purchase.
-SHARDS_CHANGE_LEAD = timedelta(seconds=60)
-
-
-class ActivityChangeRefused(Exception):
-    """An edit that would break the running sale; nothing was saved."""
-
-
-def activity_shards_changeable(*, activity: Activity, now: datetime | None = None) -> bool:
-    """Whether the stored activity's shard count may still change: its start is more than
-    SHARDS_CHANGE_LEAD away and it has no order. Afterwards reservations may sit in the
-    shards' logs, and moving live stock between keys could lose or double units."""
-    now = now or timezone.now()
-    return activity.start_at - SHARDS_CHANGE_LEAD > now and not Order.objects.filter(activity_id=activity.pk).exists()
-
-
-def activity_save(*, activity: Activity) -> Activity:
-    """Save an activity edited in admin and keep its stock row in step.
-
-    The total may change only while nothing is sold (enforced by the stock service).
-    A warmed activity whose total or safety stock changed is warmed again, so that
-    Redis never sells what the database no longer has. The shard count may change only
-    while ``activity_shards_changeable`` (and the new start is as far away); on a
-    warmed activity the stock is then laid out again (``activity_stock_relayout``).
-    Raises ActivityChangeRefused otherwise, before anything is written.
-    """
-    stored = Activity.objects.filter(pk=activity.pk).first()
-    if stored is not None and stored.shards != activity.shards:
-        now = timezone.now()
-        if not (activity_shards_changeable(activity=stored, now=now) and activity.start_at - SHARDS_CHANGE_LEAD > now):
-            raise ActivityChangeRefused(
-                f"the shard count stays {stored.shards}: it can change only until "
-                f"{int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, while no order exists"
-            )
-    with transaction.atomic():
-        if activity._state.adding:
-            activity.save()
-        else:
-            # The form's copy may be stale: never write back what the system owns.
-            editable = [f.name for f in Activity._meta.concrete_fields if f.name not in _SYSTEM_FIELDS]
-            activity.save(update_fields=editable)
-            if activity.start_at > timezone.now():
-                # The start moved into the future: a token handed out already must not open it early.
-                Activity.objects.filter(pk=activity.pk).update(purchase_token=None)
-        stock = SeckillStock.objects.filter(activity_id=activity.pk).first()
-        if stock is None:
-            stock_create(activity_id=activity.pk, total=activity.total_stock)
-        elif stock.total != activity.total_stock:
-            stock_set_total(activity_id=activity.pk, total=activity.total_stock)
-        activity_start_schedule(activity_id=activity.pk)
-    activity_snapshot_forget(activity.pk)
-    if stored is not None and stored.status == Activity.Status.WARMED:
-        # After the commit: the admin saves inside a transaction, and Redis waits for none.
-        if stored.shards != activity.shards:
-            old_shards = stored.shards
-            transaction.on_commit(lambda: _activity_relayout_logged(activity_id=activity.pk, old_shards=old_shards))
-        elif (stored.total_stock, stored.safety_stock) != (activity.total_stock, activity.safety_stock):
-            transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
-    return activity
 
 
 def activity_start_schedule(*, activity_id: int) -> None:
@@ -161,40 +50,6 @@ def activity_start_schedule(*, activity_id: int) -> None:
             logger.warning("start task for activity %s not scheduled, beat will do it: %s", activity_id, exc)
 
     transaction.on_commit(schedule)
-
-
-def _activity_rewarm_logged(*, activity_id: int) -> None:
-    try:
-        activity_warmup(activity_id=activity_id, force=True)
-    except (WarmupError, redis.RedisError) as exc:  # the autowarm task and the operator can retry
-        logger.error("re-warm after an edit of activity %s failed: %s", activity_id, exc)
-
-
-def activity_token_ensure(*, activity_id: int, now: datetime | None = None) -> str | None:
-    """Create the purchase token once the activity has started; None before the start.
-
-    A conditional UPDATE, so concurrent callers (the start task, beat, a web process
-    noticing the start first) agree on one token. In the first second after the start
-    every request whose cached activity has no token yet lands here: a caller that finds
-    the token stored costs one SELECT, and only the one UPDATE that wrote it drops the
-    cached copies (each drop makes every process read the activity again).
-    """
-    now = now or timezone.now()
-    started = Activity.objects.filter(pk=activity_id, start_at__lte=now)
-    stored = started.values_list("purchase_token", flat=True).first()
-    if stored is not None:
-        # Another caller created it: this process's copy is stale, the shared one is not.
-        activity_snapshot_forget_local(activity_id)
-        return stored
-    token = secrets.token_urlsafe(24)
-    if started.filter(purchase_token__isnull=True).update(purchase_token=token):
-        activity_snapshot_forget(activity_id)
-        return token
-    # Not started, or another caller wrote the token between the two queries.
-    return started.values_list("purchase_token", flat=True).first()
-
-
-# --- warm-up ------------------------------------------------------------------
 
 
 class WarmupError(Exception):
@@ -260,9 +115,6 @@ def _lock_release(lock) -> None:
 
 
 def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
-    from orders.services import orders_units_return
-
-    from .reconciliation import reconciliation_measure
 
     activity = Activity.objects.get(pk=activity_id)
     if activity.status == Activity.Status.ENDED:
@@ -399,8 +251,6 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
 
 def _consistent_picture(activity_id: int):
     """A consistent picture, or None if none came within ``_WARMUP_SECONDS``."""
-    from .reconciliation import reconciliation_measure
-
     deadline = time.monotonic() + _WARMUP_SECONDS
     while time.monotonic() < deadline:
         picture = reconciliation_measure(activity_id=activity_id)
@@ -497,231 +347,6 @@ def display_total_refresh(*, activity_id: int, shards: int, create: bool = False
     return stock
 
 
-# --- the purchase ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reserved:
-    reservation_id: str
-    remaining: int
-
-
-def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
-    """Gate 2: the atomic Lua script; then hand the reservation to a Celery worker.
-
-    The caller has run gate 1 (input, time window, token). Raises ApiError otherwise.
-    With Redis away, the circuit breaker sends purchases to the database path
-    (``seckill.fallback``); its half-open probe waits for those in flight to commit,
-    then re-synchronises the stock before it closes (``seckill.breaker``).
-    """
-    return _purchase(activity, user_id=user_id, quantity=quantity, retry=True)
-
-
-def _purchase(activity: ActivitySnapshot, *, user_id: int, quantity: int, retry: bool) -> Reserved:
-    """``retry``: a database-path purchase that finds the stock re-synchronised since its
-    breaker opened may try once more, through Redis (see ``_purchase_database_path``)."""
-    from .breaker import redis_breaker
-    from .fallback import stock_resync
-
-    breaker = redis_breaker()
-    ticket = breaker.allow()
-    database_path = functools.partial(
-        _purchase_database_path, breaker, activity=activity, user_id=user_id, quantity=quantity, retry=retry
-    )
-    if ticket is None:
-        return database_path()
-    try:
-        if ticket == breaker.PROBE:
-            stock_resync(before_close=True)
-        reply = _reserve(activity, user_id=user_id, quantity=quantity)
-        if (
-            reply.code == ScriptCode.DUPLICATE
-            and reply.held
-            and claim_pending_settle(activity_id=activity.id, user_id=user_id, held=reply.held, shards=activity.shards)
-            == ""
-        ):
-            # A pending claim that an error left behind, without a reservation: gone, so
-            # this purchase is the shopper's next attempt.
-            reply = _reserve(activity, user_id=user_id, quantity=quantity)
-    except redis.TimeoutError as exc:
-        # The script may have run: the outcome is unknown, so no second path may sell.
-        breaker.record_failure(ticket)
-        logger.warning("purchase: Redis timed out for activity %s: %s", activity.id, exc)
-        raise busy() from exc
-    except redis.RedisError as exc:
-        breaker.record_failure(ticket)
-        logger.warning("purchase: Redis unavailable for activity %s, database path: %s", activity.id, exc)
-        return database_path()
-    except WarmupError as exc:
-        breaker.record_failure(ticket)
-        logger.error("purchase: re-synchronising the stock failed; breaker stays open: %s", exc)
-        return database_path()
-    except BaseException:
-        if ticket == breaker.PROBE:  # a probe ending any other way must not leave the breaker half-open
-            breaker.record_failure(ticket)
-        raise
-    breaker.record_success(ticket)
-
-    # S > 1: one shard's figure (and a refusal after three tries) proves nothing about the others.
-    if activity.shards == 1 and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
-        sold_out_note(activity.id, reply.remaining)  # "none left" is answered here, without Redis, for a moment
-    if reply.code == ScriptCode.RESERVED:
-        if reply.kick:
-            _enqueue_drain(activity.id)
-        return Reserved(reply.reservation_id, reply.remaining)
-    if reply.code == ScriptCode.DUPLICATE:
-        raise ApiError(409, "duplicate", "You have already taken part in this sale.")
-    if reply.code == ScriptCode.SOLD_OUT:
-        raise ApiError(410, "sold_out", "Sold out.")
-    if reply.code == ScriptCode.NOT_WARMED:
-        logger.error("purchase: activity %s is live but not warmed", activity.id)
-        raise busy("The sale is not ready yet; please try again in a moment.")
-    raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
-
-
-def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int):
-    return run_reserve(
-        stock_redis(),
-        activity.keys,
-        user_id=user_id,
-        quantity=quantity,
-        limit=activity.per_user_limit,
-        shards=activity.shards,
-        partitions=settings.SECKILL_USER_PARTITIONS,
-    )
-
-
-def _purchase_database_path(
-    breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int, retry: bool
-) -> Reserved:
-    """The database path, only while the breaker is open; busy otherwise (closed after a
-    failure below the threshold, or half-open: the probe waits for this path to be idle).
-    The breaker counts the purchase in flight until it has committed or failed.
-
-    When the stock was re-synchronised since the breaker opened (another process's probe
-    or beat found Redis back), nothing is sold here: the breaker turns half-open and,
-    once, the purchase starts again, which makes this caller the probe (Redis, after a
-    re-synchronisation of its own) unless another caller of this process is on it (busy)."""
-    from .fallback import ResyncedMeanwhile, purchase_fallback
-
-    opening = breaker.fallback_begin()
-    if opening is None:
-        raise busy()
-    try:
-        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity, epoch=opening.epoch)
-    except ResyncedMeanwhile:
-        logger.warning("purchase: the stock was re-synchronised since this process lost Redis; probing Redis")
-        breaker.resynced(opening)
-    finally:
-        breaker.fallback_end()
-    if retry:
-        return _purchase(activity, user_id=user_id, quantity=quantity, retry=False)
-    raise busy()
-
-
-def _enqueue_drain(activity_id: int) -> None:
-    """Ask a worker to turn the log into orders. Fire and forget: if the broker is down,
-    the flag expires and a later purchase asks again, and the replay is behind both."""
-    from .tasks import reservations_drain_task
-
-    try:
-        reservations_drain_task.apply_async(args=[activity_id])
-    except Exception as exc:  # any broker failure; the reservation is safe in the log
-        logger.warning("purchase: drain request for activity %s failed, the log keeps it: %s", activity_id, exc)
-
-
-# --- replay and close -------------------------------------------------------------
-
-
-@dataclass
-class ReplayOutcome:
-    activity_id: int
-    seen: int = 0
-    created: int = 0
-    already_done: int = 0
-    released: int = 0
-
-    def add(self, batch) -> None:
-        """Count a consumer batch's outcome (orders.services.BatchOutcome)."""
-        self.created += len(batch.created)
-        self.already_done += len(batch.already_done)
-        self.released += len(batch.released)
-
-
-def reservations_replay(*, activity_id: int, grace_seconds: float | None = None) -> ReplayOutcome:
-    """Create the orders of reservations older than the grace period that have none.
-
-    Poison reservations (that fail for a reason other than the database being away)
-    are retried up to SECKILL_REPLAY_MAX_ATTEMPTS times, then their stock is returned
-    and an anomaly opened. A database outage counts no attempt: the orders appear
-    when it returns.
-    """
-    from .selectors import activity_shards
-
-    grace = settings.SECKILL_REPLAY_GRACE if grace_seconds is None else grace_seconds
-    cutoff_ms = int((time.time() - grace) * 1000)
-    outcome = ReplayOutcome(activity_id)
-    for shard in range(activity_shards(activity_id)):  # each shard's log in turn
-        _replay_shard(activity_id, shard, cutoff_ms, outcome)
-    return outcome
-
-
-def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayOutcome) -> None:
-    from orders.services import anomaly_open, orders_create_from_reservations, reservation_give_up
-
-    batch_size = settings.SECKILL_ORDER_BATCH_SIZE
-    after = None
-    while True:
-        batch = reservations_pending(
-            activity_id=activity_id, after=after, older_than_ms=cutoff_ms, count=batch_size, shard=shard
-        )
-        if not batch:
-            break
-        after = batch[-1].reservation_id
-        outcome.seen += len(batch)
-        try:
-            result = orders_create_from_reservations(activity_id=activity_id, entries=batch)
-        except (OperationalError, InterfaceError):
-            raise  # the database is away: try again later, count nothing
-        except DatabaseError:
-            result = None
-        if result is not None:
-            outcome.add(result)
-            continue
-        for entry in batch:  # find the poison entries one by one
-            try:
-                outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=[entry]))
-            except (OperationalError, InterfaceError):
-                raise
-            except DatabaseError as exc:
-                attempts = reservation_attempt(
-                    activity_id=activity_id, reservation_id=entry.reservation_id, shard=entry.shard
-                )
-                logger.warning("replay: reservation %s failed (attempt %s): %s", entry.reservation_id, attempts, exc)
-                # Given up in the database first, so that no late task can still order it.
-                if attempts >= settings.SECKILL_REPLAY_MAX_ATTEMPTS and reservation_give_up(
-                    activity_id=activity_id, entry=entry, reason="replay_exhausted"
-                ):
-                    anomaly_open(
-                        kind=AnomalyOrder.Kind.REPLAY_EXHAUSTED,
-                        activity_id=activity_id,
-                        entry=entry,
-                        details={
-                            "quantity": entry.quantity,
-                            "shard": entry.shard,
-                            "error": str(exc)[:500],
-                            "attempts": attempts,
-                        },
-                    )
-                    outcome.released += 1
-
-
-def reservations_drain(*, activity_id: int) -> ReplayOutcome:
-    """Turn everything in the log into orders now, whatever its age, in batches (one
-    transaction each). The drain task runs it during the sale; closing runs it last."""
-    return reservations_replay(activity_id=activity_id, grace_seconds=-1)
-
-
 def activity_stop_selling(*, activity_id: int) -> None:
     """End the sale now: web processes refuse purchases within their cache lifetime."""
     now = timezone.now()
@@ -737,8 +362,6 @@ def activity_close(*, activity_id: int) -> dict:
     still pending keep their deadline; cancelled later, their units return to the
     database only (orders.services.orders_units_return).
     """
-    from .reconciliation import reconcile
-
     activity = Activity.objects.get(pk=activity_id)
     # Web processes may act on their cached copy of the activity for one cache lifetime.
     settled_at = activity.end_at + timedelta(seconds=settings.SECKILL_ACTIVITY_CACHE_TTL + 1)
@@ -794,40 +417,3 @@ def _stock_keys_unlink(client, keys: ActivityKeys, shards: int) -> int:
     partition's. One call per hash tag: each stays within one Cluster slot."""
     partitions = [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if shards > 1 else []
     return sum(client.unlink(*part.all()) for part in keys.shards(shards) + partitions)
-
-
-def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:
-    """What the flag (JSON and flag.js) says: started?, ended?, and the token from the start."""
-    phase = activity.phase_at(now)
-    token = None
-    if phase == Activity.Phase.LIVE:
-        token = activity.purchase_token or activity_token_ensure(activity_id=activity.id, now=now)
-    return {
-        "started": phase != Activity.Phase.UPCOMING,
-        "ended": phase == Activity.Phase.ENDED,
-        "token": token,
-        "server_time": now,
-        "start_at": activity.start_at,
-        "end_at": activity.end_at,
-    }
-
-
-# --- traffic gates: blacklist and shopper profiles (admin) ----------------------------
-
-
-def blacklist_entry_save(*, entry) -> None:
-    """Save a blacklist entry; web processes apply it within SECKILL_BLACKLIST_CACHE_TTL."""
-    entry.full_clean()
-    entry.save()
-    blacklist_forget()
-
-
-def blacklist_entries_delete(*, queryset) -> int:
-    deleted, _ = queryset.delete()
-    blacklist_forget()
-    return deleted
-
-
-def shopper_profile_save(*, profile) -> None:
-    profile.save()
-    shopper_facts_forget(profile.user_id)

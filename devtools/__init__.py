@@ -1,0 +1,1 @@
+"""Development tooling: the embedded servers and the `make run` supervisor. Never imported by the apps or settings."""

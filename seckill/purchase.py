@@ -1,0 +1,141 @@
+"""The purchase: one atomic Redis script, or the database path while Redis is away."""
+
+import functools
+import logging
+
+import redis
+from django.conf import settings
+
+from core.errors import ApiError, busy
+from stock.redis_client import stock_redis
+from stock.scripts import ScriptCode, run_reserve
+
+from .breaker import redis_breaker
+from .claims import claim_pending_settle
+from .fallback import Reserved, ResyncedMeanwhile, purchase_fallback, stock_resync
+from .lifecycle import WarmupError
+from .selectors import (
+    ActivitySnapshot,
+)
+from .soldout import sold_out_note
+
+logger = logging.getLogger(__name__)
+
+
+def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
+    """Gate 2: the atomic Lua script; then hand the reservation to a Celery worker.
+
+    The caller has run gate 1 (input, time window, token). Raises ApiError otherwise.
+    With Redis away, the circuit breaker sends purchases to the database path
+    (``seckill.fallback``); its half-open probe waits for those in flight to commit,
+    then re-synchronises the stock before it closes (``seckill.breaker``).
+    """
+    return _purchase(activity, user_id=user_id, quantity=quantity, retry=True)
+
+
+def _purchase(activity: ActivitySnapshot, *, user_id: int, quantity: int, retry: bool) -> Reserved:
+    """``retry``: a database-path purchase that finds the stock re-synchronised since its
+    breaker opened may try once more, through Redis (see ``_purchase_database_path``)."""
+    breaker = redis_breaker()
+    ticket = breaker.allow()
+    database_path = functools.partial(
+        _purchase_database_path, breaker, activity=activity, user_id=user_id, quantity=quantity, retry=retry
+    )
+    if ticket is None:
+        return database_path()
+    try:
+        if ticket == breaker.PROBE:
+            stock_resync(before_close=True)
+        reply = _reserve(activity, user_id=user_id, quantity=quantity)
+        if (
+            reply.code == ScriptCode.DUPLICATE
+            and reply.held
+            and claim_pending_settle(activity_id=activity.id, user_id=user_id, held=reply.held, shards=activity.shards)
+            == ""
+        ):
+            # A pending claim that an error left behind, without a reservation: gone, so
+            # this purchase is the shopper's next attempt.
+            reply = _reserve(activity, user_id=user_id, quantity=quantity)
+    except redis.TimeoutError as exc:
+        # The script may have run: the outcome is unknown, so no second path may sell.
+        breaker.record_failure(ticket)
+        logger.warning("purchase: Redis timed out for activity %s: %s", activity.id, exc)
+        raise busy() from exc
+    except redis.RedisError as exc:
+        breaker.record_failure(ticket)
+        logger.warning("purchase: Redis unavailable for activity %s, database path: %s", activity.id, exc)
+        return database_path()
+    except WarmupError as exc:
+        breaker.record_failure(ticket)
+        logger.error("purchase: re-synchronising the stock failed; breaker stays open: %s", exc)
+        return database_path()
+    except BaseException:
+        if ticket == breaker.PROBE:  # a probe ending any other way must not leave the breaker half-open
+            breaker.record_failure(ticket)
+        raise
+    breaker.record_success(ticket)
+
+    # S > 1: one shard's figure (and a refusal after three tries) proves nothing about the others.
+    if activity.shards == 1 and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
+        sold_out_note(activity.id, reply.remaining)  # "none left" is answered here, without Redis, for a moment
+    if reply.code == ScriptCode.RESERVED:
+        if reply.kick:
+            _enqueue_drain(activity.id)
+        return Reserved(reply.reservation_id, reply.remaining)
+    if reply.code == ScriptCode.DUPLICATE:
+        raise ApiError(409, "duplicate", "You have already taken part in this sale.")
+    if reply.code == ScriptCode.SOLD_OUT:
+        raise ApiError(410, "sold_out", "Sold out.")
+    if reply.code == ScriptCode.NOT_WARMED:
+        logger.error("purchase: activity %s is live but not warmed", activity.id)
+        raise busy("The sale is not ready yet; please try again in a moment.")
+    raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
+
+
+def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int):
+    return run_reserve(
+        stock_redis(),
+        activity.keys,
+        user_id=user_id,
+        quantity=quantity,
+        limit=activity.per_user_limit,
+        shards=activity.shards,
+        partitions=settings.SECKILL_USER_PARTITIONS,
+    )
+
+
+def _purchase_database_path(
+    breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int, retry: bool
+) -> Reserved:
+    """The database path, only while the breaker is open; busy otherwise (closed after a
+    failure below the threshold, or half-open: the probe waits for this path to be idle).
+    The breaker counts the purchase in flight until it has committed or failed.
+
+    When the stock was re-synchronised since the breaker opened (another process's probe
+    or beat found Redis back), nothing is sold here: the breaker turns half-open and,
+    once, the purchase starts again, which makes this caller the probe (Redis, after a
+    re-synchronisation of its own) unless another caller of this process is on it (busy)."""
+    opening = breaker.fallback_begin()
+    if opening is None:
+        raise busy()
+    try:
+        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity, epoch=opening.epoch)
+    except ResyncedMeanwhile:
+        logger.warning("purchase: the stock was re-synchronised since this process lost Redis; probing Redis")
+        breaker.resynced(opening)
+    finally:
+        breaker.fallback_end()
+    if retry:
+        return _purchase(activity, user_id=user_id, quantity=quantity, retry=False)
+    raise busy()
+
+
+def _enqueue_drain(activity_id: int) -> None:
+    """Ask a worker to turn the log into orders. Fire and forget: if the broker is down,
+    the flag expires and a later purchase asks again, and the replay is behind both."""
+    from .tasks import reservations_drain_task
+
+    try:
+        reservations_drain_task.apply_async(args=[activity_id])
+    except Exception as exc:  # any broker failure; the reservation is safe in the log
+        logger.warning("purchase: drain request for activity %s failed, the log keeps it: %s", activity_id, exc)

@@ -1,0 +1,46 @@
+"""The sale's routes: its JSON API (mounted under /api/) and its pages."""
+
+import re
+
+from django.conf import settings
+from django.urls import path, register_converter
+
+from . import apis, views
+
+# The purchase first: the flood's endpoint is found without trying the others' patterns.
+api_urlpatterns = [
+    path("activities/<int:activity_id>/purchase", apis.PurchaseApi.as_view(), name="activity-purchase"),
+    path("activities/", apis.ActivityListApi.as_view(), name="activity-list"),
+    path("activities/<int:activity_id>/", apis.ActivityDetailApi.as_view(), name="activity-detail"),
+    path("activities/<int:activity_id>/flag", apis.FlagApi.as_view(), name="activity-flag"),
+    path("activities/<int:activity_id>/result", apis.ResultApi.as_view(), name="activity-result"),
+    path("activities/<int:activity_id>/captcha", apis.CaptchaApi.as_view(), name="activity-captcha"),
+    path("me", views.me, name="me"),
+]
+
+
+class PageLanguageConverter:
+    """A non-default language of the activity page, in its URL (/zh-hans/seckill/1/): the
+    page's language comes from the path, never from the request's headers, so one URL is
+    one set of bytes for every visitor. The default language has no prefix."""
+
+    regex = "|".join(re.escape(code) for code, _ in settings.LANGUAGES if code != settings.LANGUAGE_CODE)
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(PageLanguageConverter, "pagelang")
+
+urlpatterns = [
+    path("", views.activity_list, name="home"),
+    path("seckill/<int:activity_id>/", views.activity_page, name="activity-page"),
+    path("<pagelang:language>/seckill/<int:activity_id>/", views.activity_page, name="activity-page-lang"),
+    path("seckill/<int:activity_id>/flag.js", views.flag_js, name="activity-flag-js"),
+    path("products/", views.product_list, name="product-list"),
+    path("products/<int:product_id>/", views.product_detail, name="product-detail"),
+    path("accounts/signup/", views.signup, name="signup"),
+]

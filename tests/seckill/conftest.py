@@ -1,0 +1,76 @@
+"""Fixtures of the seckill tests: the merchant's admin client, and the project's two
+in-process applications (config.handlers): the WSGI stacks and the ASGI app gunicorn's
+uvicorn workers serve, with ``api_stack`` running a test through each."""
+
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from config.handlers import StackDispatcher, get_asgi_application
+
+from ..helpers import asgi_call, wsgi_call
+
+
+@pytest.fixture
+def merchant(db) -> Client:
+    user = get_user_model().objects.create_superuser("merchant", "m@example.com", "pw-merchant")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+class Counted:
+    """The ASGI app behind the fast path, counting the requests it is handed."""
+
+    def __init__(self, app):
+        self.app, self.calls = app, 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            self.calls += 1
+        return await self.app(scope, receive, send)
+
+
+@pytest.fixture(scope="module")
+def wsgi_application():
+    """The WSGI stacks (config.handlers.StackDispatcher): token-authenticated API calls take
+    the short API_MIDDLEWARE chain, everything else the full one."""
+    return StackDispatcher()
+
+
+@pytest.fixture(scope="module")
+def asgi_application():
+    """config.asgi.application: token-authenticated API calls take the fast path, the rest
+    is handed to the WSGI stacks, counted in ``.app.calls``."""
+    app = get_asgi_application()
+    app.app = Counted(app.app)
+    yield app
+    app.executor.shutdown(wait=True)
+
+
+@dataclass
+class ApiStack:
+    """One way into the project, in this process: ``call`` makes one request (answers as
+    tests.helpers.wsgi_call)."""
+
+    name: str
+    app: object
+    fast_path: bool  # the ASGI app: token-authenticated API calls skip the WSGI adapter
+
+    def call(self, method: str, path: str, **kwargs) -> dict:
+        return (asgi_call if self.fast_path else wsgi_call)(self.app, method, path, **kwargs)
+
+    def handed_to_wsgi(self) -> int | None:
+        """The ASGI app: how many requests it has handed to the WSGI stacks so far."""
+        return self.app.app.calls if self.fast_path else None
+
+
+@pytest.fixture(params=["wsgi", "asgi"])
+def api_stack(request) -> ApiStack:
+    """The test runs twice: through the WSGI stacks ("wsgi") and through the ASGI app
+    ("asgi"); both must give the same answers."""
+    if request.param == "wsgi":
+        return ApiStack("wsgi", request.getfixturevalue("wsgi_application"), fast_path=False)
+    return ApiStack("asgi", request.getfixturevalue("asgi_application"), fast_path=True)
