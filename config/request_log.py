@@ -51,7 +51,7 @@ class RequestIdFilter(logging.Filter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC), level, logger, message, request id, process."""
 
-    converter = time.gmtime
+    converter = staticmethod(time.gmtime)
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {

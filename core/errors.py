@@ -1,6 +1,7 @@
 """The one error type the JSON API answers with: ``{"code": …, "detail": …}``."""
 
 import logging
+from typing import overload
 
 from django.db import InterfaceError, OperationalError
 
@@ -27,6 +28,10 @@ def busy(detail: str = "The sale is busy; please try again in a moment.") -> Api
     return ApiError(503, "busy", detail, retry_after=2)
 
 
+@overload
+def api_error_of(exc: ApiError | OperationalError | InterfaceError) -> ApiError: ...
+@overload
+def api_error_of(exc: BaseException) -> ApiError | None: ...
 def api_error_of(exc: BaseException) -> ApiError | None:
     """What the API answers for ``exc``: itself, 503 ``busy`` when the database is away,
     None for anything else (a real bug: logged, and a 500)."""

@@ -6,6 +6,7 @@ and returns write the UPDATE and their ledger rows in one statement (``_stock_mo
 """
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -108,7 +109,7 @@ def _stock_move(
         order_ids.append(o.pk)
         quantities.append(o.quantity)
     sql = _STOCK_MOVE_SQL.format(stock=SeckillStock._meta.db_table, ledger=StockMovement._meta.db_table, guard=guard)
-    params = {
+    params: dict[str, Any] = {
         "delta": delta,
         "activity_id": activity_id,
         "bound": bound,

@@ -151,9 +151,11 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, object_id)
-        can_act = obj is not None and self.has_change_permission(request, obj)
+        can_act = (
+            obj is not None and self.has_change_permission(request, obj) and obj.status == AnomalyOrder.Status.OPEN
+        )
         extra = {
-            "can_act": can_act and obj.status == AnomalyOrder.Status.OPEN,
+            "can_act": can_act,
             "show_save": False,
             "show_save_and_continue": False,
             "show_save_and_add_another": False,
@@ -185,7 +187,8 @@ class ReconciliationReportAdmin(ReadOnlyAdmin):
     list_filter = ["identity_ok", "final", "activity"]
     list_select_related = ["activity"]
     date_hierarchy = "created_at"
-    fields = ["activity", "created_at", "identity_ok", "final", "actions_taken", "anomalies_opened", "report_pretty"]
+    # A tuple: both attributes take it (a list is typed for one only).
+    fields = ("activity", "created_at", "identity_ok", "final", "actions_taken", "anomalies_opened", "report_pretty")
     readonly_fields = fields
 
     @admin.display(description="report")

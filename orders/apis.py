@@ -1,5 +1,8 @@
+from typing import cast
+
 from drf_spectacular.utils import extend_schema
 from rest_framework.generics import ListAPIView, RetrieveAPIView
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -18,11 +21,16 @@ def own_order_or_404(request, order_no: str) -> Order:
     return order
 
 
+def _shopper_id(request: Request) -> int:
+    # IsAuthenticated (the default permission) lets only a signed-in shopper this far.
+    return cast(int, request.user.pk)
+
+
 class OrderListApi(ListAPIView):
     serializer_class = OrderSerializer
 
     def get_queryset(self):
-        return Order.objects.filter(user_id=self.request.user.pk).order_by("-created_at", "-id")
+        return Order.objects.filter(user_id=_shopper_id(self.request)).order_by("-created_at", "-id")
 
 
 @extend_schema(responses=OrderSerializer)
@@ -31,7 +39,7 @@ class OrderDetailApi(RetrieveAPIView):
     lookup_field = "order_no"
 
     def get_queryset(self):
-        return Order.objects.filter(user_id=self.request.user.pk)
+        return Order.objects.filter(user_id=_shopper_id(self.request))
 
     def get_object(self):
         # Someone else's order is simply not found.

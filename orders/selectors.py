@@ -20,7 +20,8 @@ def order_of_shopper(*, order_no: str, user_id: int) -> Order | None:
     """The shopper's order of that number; None for someone else's and for a number no
     order can have (from a URL: a NUL byte, which PostgreSQL text cannot hold, would
     otherwise fail the query with a 500)."""
-    if "\x00" in order_no or len(order_no) > Order._meta.get_field("order_no").max_length:
+    max_length = Order._meta.get_field("order_no").max_length
+    if "\x00" in order_no or (max_length is not None and len(order_no) > max_length):
         return None
     return Order.objects.filter(order_no=order_no, user_id=user_id).first()
 

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import redis
 from django.conf import settings
@@ -128,7 +128,7 @@ def _insert_orders(*, activity_id: int, entries: list[LogEntry]) -> list[NewOrde
     (reservation already ordered, or shopper already holds a live order) are skipped,
     and so is every row when the activity does not exist. Rows are inserted in the
     order of ``entries``."""
-    params = {
+    params: dict[str, Any] = {
         "activity_id": activity_id,
         "status": Order.Status.PENDING,
         "now": timezone.now(),
@@ -147,7 +147,10 @@ def _insert_orders(*, activity_id: int, entries: list[LogEntry]) -> list[NewOrde
     ]
 
 
-_REFUSAL_REASONS = {AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock", AnomalyOrder.Kind.DUPLICATE_RESERVATION: "duplicate"}
+_REFUSAL_REASONS: dict[str, str] = {
+    AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock",
+    AnomalyOrder.Kind.DUPLICATE_RESERVATION: "duplicate",
+}
 
 
 def reservation_give_up(*, activity_id: int, entry: LogEntry, reason: str) -> bool:

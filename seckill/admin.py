@@ -26,7 +26,8 @@ from .selectors import redis_remaining_many
 class SeckillStockInline(admin.StackedInline):
     model = SeckillStock
     can_delete = False
-    readonly_fields = ["total", "available", "version", "updated_at"]
+    # A tuple: both attributes take it (a list is typed for one only).
+    readonly_fields = ("total", "available", "version", "updated_at")
     fields = readonly_fields
     extra = 0
 
@@ -55,7 +56,8 @@ class ActivityAdmin(admin.ModelAdmin):
     date_hierarchy = "start_at"
     list_select_related = ["product"]
     autocomplete_fields = ["product"]
-    readonly_fields = ["status", "warmed_at", "created_at", "updated_at"]
+    # A tuple: also the "State" fieldset's fields (a list is typed for one only).
+    readonly_fields = ("status", "warmed_at", "created_at", "updated_at")
     inlines = [SeckillStockInline]
     actions = ["warm_up", "force_rewarm", "end_and_clean_up", "publish"]
     fieldsets = [

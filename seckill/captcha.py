@@ -54,5 +54,6 @@ def captcha_consume(*, activity_id: int, user_id: int, challenge_id: str, answer
         raise busy(_AWAY) from exc
     if stored is None:
         return False
-    owner, _, expected = stored.decode().partition(":")
+    text = stored.decode() if isinstance(stored, bytes) else stored
+    owner, _, expected = text.partition(":")
     return owner == str(user_id) and hmac.compare_digest(expected.encode(), answer.strip().encode())

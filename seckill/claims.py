@@ -6,6 +6,7 @@ is the sale's job, not the stock engine's."""
 
 import logging
 import time
+from typing import cast
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -86,10 +87,11 @@ def claims_pending_settle(*, activity_id: int, shards: int, now_ms: int | None =
     client, keys, settled = stock_redis(), ActivityKeys(activity_id), 0
     for p in range(settings.SECKILL_USER_PARTITIONS):
         partition = keys.partition(p)
-        for member in client.zrangebyscore(partition.pending, "-inf", cutoff):
+        # Without withscores the reply is the members alone (redis-py types both replies as one).
+        for member in cast(list[bytes], client.zrangebyscore(partition.pending, "-inf", cutoff)):
             user_id = int(member)
             held = client.hget(partition.users, user_id)
-            held = held.decode() if held is not None else ""
+            held = held.decode() if isinstance(held, bytes) else held or ""
             if claim_pending_since(held) is None:
                 # Not pending any more (gone with its keys, or restored by a warm-up).
                 client.zrem(partition.pending, member)

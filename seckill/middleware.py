@@ -2,7 +2,7 @@
 
 import logging
 
-from django.utils.cache import cc_delim_re
+from django.utils.cache import cc_delim_re  # type: ignore[attr-defined]  # missing from django-stubs
 
 logger = logging.getLogger(__name__)
 

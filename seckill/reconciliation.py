@@ -41,7 +41,7 @@ from orders.services import (
     orders_units_return,
 )
 from stock.keys import ActivityKeys
-from stock.redis_client import stock_redis
+from stock.redis_client import StockRedis, stock_redis
 from stock.scripts import LogEntry, RedisSnapshot, run_snapshot
 
 from .claims import claims_pending_settle
@@ -104,7 +104,7 @@ class Measurement:
     @property
     def redis_drift(self) -> int | None:
         """loaded - (remaining + reserved-not-ordered + live); None when not warmed."""
-        if not self.redis.warmed or self.redis.loaded is None:
+        if self.redis.stock is None or self.redis.loaded is None:  # not warmed
             return None
         return self.redis.loaded - (self.redis.stock + self.reserved_not_ordered_units + self.live_units)
 
@@ -188,7 +188,7 @@ def _db_figures(activity_id: int, snapshot: RedisSnapshot) -> dict:
     }
 
 
-def _not_returned(client: redis.Redis, keys: ActivityKeys, db: dict) -> list[Order]:
+def _not_returned(client: StockRedis, keys: ActivityKeys, db: dict) -> list[Order]:
     """Cancelled orders whose units Redis has not taken back. The set holds only
     cancelled orders, so equal sizes mean all are in it and no lookup is needed."""
     by_shard: dict[int, list[Order]] = {}

@@ -57,10 +57,10 @@ def shared_page(view):
         patch_cache_control(
             response, public=True, max_age=settings.SECKILL_PAGE_MAX_AGE, s_maxage=settings.SECKILL_PAGE_S_MAXAGE
         )
-        response = get_conditional_response(
+        conditional = get_conditional_response(
             request, etag=page.etag, last_modified=int(page.last_modified.timestamp()), response=response
         )
-        return mark_shared(response)
+        return mark_shared(conditional)
 
     return wrapper
 
@@ -122,7 +122,7 @@ def product_detail(request, product_id: int):
 
 
 def signup(request):
-    form = UserCreationForm(request.POST or None)
+    form: UserCreationForm = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         user = form.save()
         # Several auth backends (django-axes first): name the one that knows the new user.

@@ -5,13 +5,20 @@ pool can be set for the purchase path alone.
 """
 
 from functools import lru_cache
+from typing import TypeAlias
 
 import redis
 from django.conf import settings
 
+from core.memory import register_reset
+
+# A single Redis or a Redis Cluster (SECKILL_REDIS_CLUSTER): the engine uses only commands
+# both clients have.
+StockRedis: TypeAlias = redis.Redis | redis.RedisCluster
+
 
 @lru_cache(maxsize=1)
-def stock_redis() -> redis.Redis:
+def stock_redis() -> StockRedis:
     # redis-py's pool notices a fork and reconnects, so one client per process is safe
     # under gunicorn's pre-fork model and Celery's prefork pool.
     options = {"socket_connect_timeout": 1, "socket_timeout": 2, "health_check_interval": 30, "max_connections": 200}
@@ -22,6 +29,7 @@ def stock_redis() -> redis.Redis:
     return redis.Redis.from_url(settings.SECKILL_REDIS_URL, **options)
 
 
+@register_reset
 def reset_stock_redis() -> None:
     """Forget the client (tests point the settings at another Redis)."""
     stock_redis.cache_clear()

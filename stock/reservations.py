@@ -42,9 +42,10 @@ def reservations_pending(
     start = f"({after}" if after else "-"
     end = f"({older_than_ms}-0" if older_than_ms is not None else "+"
     shards = [shard] if shard is not None else range(activity_shards(activity_id))
-    client, keys, found = stock_redis(), ActivityKeys(activity_id), []
+    client, keys = stock_redis(), ActivityKeys(activity_id)
+    found: list[LogEntry] = []
     for index in shards:
-        entries = client.xrange(keys.shard(index).log, min=start, max=end, count=count - len(found))
+        entries = client.xrange(keys.shard(index).log, min=start, max=end, count=count - len(found)) or []
         found += [parse_log_entry(eid, fields) for eid, fields in entries]
         if len(found) >= count:
             break

@@ -6,20 +6,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis
 from django.conf import settings
 from redis.commands.core import Script
 
 from core.metrics import script_timer
 
 from .keys import ActivityKeys, claim_pending, claim_value
+from .redis_client import StockRedis
 
 _LUA_DIR = Path(__file__).parent / "lua"
 
 
 def _load(name: str) -> Script:
     # Bytes need no client to hash; the client is always passed at call time.
-    return Script(None, (_LUA_DIR / f"{name}.lua").read_bytes())
+    return Script(None, (_LUA_DIR / f"{name}.lua").read_bytes())  # type: ignore[arg-type]  # None is fine for bytes
 
 
 PURCHASE = _load("purchase")
@@ -58,7 +58,7 @@ class PurchaseReply:
 
 
 def run_reserve(
-    client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
+    client: StockRedis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
 ) -> PurchaseReply:
     """The purchase in Redis: the single-key script when ``shards`` is 1, else the sharded steps."""
     if shards == 1:
@@ -69,7 +69,7 @@ def run_reserve(
 
 
 def _run_purchase_sharded(
-    client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
+    client: StockRedis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
 ) -> PurchaseReply:
     """Claim the shopper in their partition, then try a random shard and up to two more
     distinct ones; on success the claim records the reservation, otherwise it is released.
@@ -111,7 +111,7 @@ def _run_purchase_sharded(
 
 
 def run_claim_settle(
-    client: redis.Redis, partition: ActivityKeys, *, user_id: int, expected: str, new: str, reason: str = ""
+    client: StockRedis, partition: ActivityKeys, *, user_id: int, expected: str, new: str, reason: str = ""
 ) -> bool:
     with script_timer("claim_settle"):
         changed = CLAIM_SETTLE(
@@ -122,7 +122,7 @@ def run_claim_settle(
     return bool(changed)
 
 
-def run_shard_release(client: redis.Redis, shard_keys: ActivityKeys, *, reservation_id: str, quantity: int) -> bool:
+def run_shard_release(client: StockRedis, shard_keys: ActivityKeys, *, reservation_id: str, quantity: int) -> bool:
     with script_timer("shard_release"):
         released = SHARD_RELEASE(
             keys=[shard_keys.stock, shard_keys.log], args=[reservation_id, quantity], client=client
@@ -130,7 +130,7 @@ def run_shard_release(client: redis.Redis, shard_keys: ActivityKeys, *, reservat
     return bool(released)
 
 
-def run_shard_return(client: redis.Redis, shard_keys: ActivityKeys, *, order_no: str, quantity: int) -> bool:
+def run_shard_return(client: StockRedis, shard_keys: ActivityKeys, *, order_no: str, quantity: int) -> bool:
     with script_timer("shard_return"):
         returned = SHARD_RETURN(keys=[shard_keys.stock, shard_keys.returned], args=[order_no, quantity], client=client)
     return bool(returned)
@@ -145,7 +145,7 @@ def purchase_script_call(keys: ActivityKeys, *, user_id: int, quantity: int, lim
 
 
 def run_purchase(
-    client: redis.Redis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0
+    client: StockRedis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0
 ) -> PurchaseReply:
     call = purchase_script_call(keys, user_id=user_id, quantity=quantity, limit=limit, shard=shard)
     with script_timer("purchase"):
@@ -156,7 +156,7 @@ def run_purchase(
 
 
 def run_release(
-    client: redis.Redis,
+    client: StockRedis,
     keys: ActivityKeys,
     *,
     reservation_id: str,
@@ -176,7 +176,7 @@ def run_release(
 
 
 def run_return(
-    client: redis.Redis, keys: ActivityKeys, *, order_no: str, quantity: int, user_id: int, reservation_id: str
+    client: StockRedis, keys: ActivityKeys, *, order_no: str, quantity: int, user_id: int, reservation_id: str
 ) -> bool:
     with script_timer("return"):
         returned = RETURN(
@@ -188,7 +188,7 @@ def run_return(
 
 
 def run_warmup(
-    client: redis.Redis, keys: ActivityKeys, *, remaining: int, loaded: int, expected: int | None, log_length: int
+    client: StockRedis, keys: ActivityKeys, *, remaining: int, loaded: int, expected: int | None, log_length: int
 ) -> bool:
     """Set the stock if it still is ``expected`` (None: no stock key, and then the log
     still ``log_length`` entries long); True if written."""
@@ -201,7 +201,7 @@ def run_warmup(
     return bool(written)
 
 
-def run_admission(client: redis.Redis, keys: ActivityKeys, *, rate: int, burst: int) -> tuple[bool, int]:
+def run_admission(client: StockRedis, keys: ActivityKeys, *, rate: int, burst: int) -> tuple[bool, int]:
     """Take one token from the activity's admission bucket: (admitted, ms until one is there)."""
     admitted, wait_ms = ADMISSION(keys=[keys.admission], args=[rate, burst], client=client)
     return bool(admitted), int(wait_ms)
@@ -228,7 +228,7 @@ GATE_OVER_USER, GATE_OVER_ADDRESS = 1, 2
 
 
 def run_shopper_gate(
-    client: redis.Redis,
+    client: StockRedis,
     *,
     token_entry: str,
     user_id: int | None,
@@ -260,7 +260,9 @@ class LogEntry:
         return int(self.reservation_id.split("-", 1)[0])
 
 
-def parse_log_entry(entry_id: bytes | str, fields) -> LogEntry:
+def parse_log_entry(entry_id: bytes | str | None, fields) -> LogEntry:
+    # redis-py's stream entry type allows a None id (XCLAIM's deleted entries); a log read has none.
+    assert entry_id is not None
     if isinstance(fields, list):  # raw Lua reply: flat [k, v, k, v]
         fields = dict(zip(fields[::2], fields[1::2], strict=True))
     get = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
@@ -291,15 +293,20 @@ class RedisSnapshot:
         return sum(e.quantity for e in self.log)
 
 
-def run_snapshot(client: redis.Redis, keys: ActivityKeys, *, shards: int = 1) -> RedisSnapshot:
+def _sum_or_none(values: list[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if len(known) == len(values) else None
+
+
+def run_snapshot(client: StockRedis, keys: ActivityKeys, *, shards: int = 1) -> RedisSnapshot:
     """One shard's state read atomically; with ``shards`` > 1 the sum of the shards
     (stock and loaded: None if any shard lacks it), logs ordered by (shard, id)."""
     if shards > 1:
         parts = [run_snapshot(client, shard_keys) for shard_keys in keys.shards(shards)]
         stocks, loads = [p.stock for p in parts], [p.loaded for p in parts]
         return RedisSnapshot(
-            stock=None if None in stocks else sum(stocks),
-            loaded=None if None in loads else sum(loads),
+            stock=_sum_or_none(stocks),
+            loaded=_sum_or_none(loads),
             log=tuple(e for p in parts for e in p.log),
             shard_stocks=tuple(stocks),
             returned=sum(p.returned for p in parts),

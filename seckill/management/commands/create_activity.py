@@ -70,7 +70,7 @@ class Command(BaseCommand):
                 )
         except ValidationError as exc:
             raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from exc
-        result = {"id": activity.pk}
+        result: dict[str, object] = {"id": activity.pk}
         if o["warmup"]:
             try:
                 result["warmup"] = activity_warmup(activity_id=activity.pk).as_dict()

@@ -20,6 +20,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, activity_id=None, **options):
         dry_run = options["dry_run"]
+        reports: dict | list[dict]
         if activity_id is not None:
             if not Activity.objects.filter(pk=activity_id).exists():
                 raise CommandError(f"no activity {activity_id}")
