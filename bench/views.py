@@ -3,23 +3,20 @@ token-authenticated call takes the same short middleware chain as the real purch
 
 from core.errors import ApiError
 from seckill.apis import error_json, plain_json
-from seckill.gates import purchase_front_gates, purchase_shopper_check
+from seckill.gates import token_purchase_admit
 
 from .naive import naive_purchase
 
 
 def naive_purchase_view(request, activity_id: int):
     """The database-direct purchase behind the real purchase's own gates
-    (``purchase_front_gates``: authentication, body, time window, token, rate limits; then
-    the shopper checks); only the stock step differs: one database transaction instead of
+    (``token_purchase_admit``: authentication, body, time window, token, rate limits, the
+    shopper checks); only the stock step differs: one database transaction instead of
     the Lua script. Answers like the real fast path, without DRF."""
     try:
-        passed = purchase_front_gates(request, activity_id=activity_id)
+        passed = token_purchase_admit(request, activity_id=activity_id)
         if passed is None:  # the bench sends only well-formed token-authenticated calls
             raise ApiError(400, "invalid_request", "Token-authenticated JSON purchases only.")
-        purchase_shopper_check(
-            request, activity=passed.activity, user_id=passed.user_id, body=passed.body, now=passed.now
-        )
         order = naive_purchase(activity=passed.activity, user_id=passed.user_id, quantity=passed.body.quantity)
     except ApiError as exc:
         return error_json(exc)

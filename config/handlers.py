@@ -33,10 +33,13 @@ import os
 import django
 from django.conf import settings
 from django.core import signals
+from django.core.exceptions import ImproperlyConfigured, MiddlewareNotUsed
 from django.core.handlers.asgi import ASGIRequest
 from django.core.handlers.base import BaseHandler
+from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
 from django.urls import set_script_prefix
+from django.utils.module_loading import import_string
 
 # Threads per process for the synchronous views: as many requests as one process has in
 # flight while others wait on Redis or PostgreSQL (and as many database connections).
@@ -50,17 +53,31 @@ def web_threads() -> int:
 
 
 class ApiTokenHandler(WSGIHandler):
-    """A WSGIHandler whose middleware chain is settings.API_MIDDLEWARE."""
+    """A WSGIHandler whose middleware chain is settings.API_MIDDLEWARE.
+
+    Built as BaseHandler.load_middleware builds settings.MIDDLEWARE's chain, for a
+    synchronous handler and synchronous middleware (all this list holds), from the list
+    itself: no global setting is swapped while it is built."""
 
     def load_middleware(self, is_async=False):
-        # BaseHandler reads settings.MIDDLEWARE; swap the list in for the one-off build,
-        # at start-up, before any request is served.
-        site = settings.MIDDLEWARE
-        settings.MIDDLEWARE = settings.API_MIDDLEWARE
-        try:
-            super().load_middleware(is_async)
-        finally:
-            settings.MIDDLEWARE = site
+        self._view_middleware, self._template_response_middleware, self._exception_middleware = [], [], []
+        handler = convert_exception_to_response(self._get_response)
+        for path in reversed(settings.API_MIDDLEWARE):
+            factory = import_string(path)
+            if not getattr(factory, "sync_capable", True):
+                raise ImproperlyConfigured(f"API_MIDDLEWARE holds synchronous middleware only, not {path}")
+            try:
+                instance = factory(handler)
+            except MiddlewareNotUsed:
+                continue
+            if hasattr(instance, "process_view"):
+                self._view_middleware.insert(0, instance.process_view)
+            if hasattr(instance, "process_template_response"):
+                self._template_response_middleware.append(instance.process_template_response)
+            if hasattr(instance, "process_exception"):
+                self._exception_middleware.append(instance.process_exception)
+            handler = convert_exception_to_response(instance)
+        self._middleware_chain = handler
 
 
 def is_token_api_request(path: str, authorization: str) -> bool:

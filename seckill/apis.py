@@ -15,15 +15,7 @@ from orders.serializers import OrderSerializer
 
 from .activities import activity_flag
 from .captcha import captcha_issue
-from .gates import (
-    FrontPassed,
-    activity_limits,
-    purchase_body_parse,
-    purchase_front_check,
-    purchase_front_gates,
-    purchase_shopper_check,
-    traffic_limits_check,
-)
+from .gates import Admitted, activity_limits, known_shopper, purchase_admit, token_purchase_admit, traffic_limits_check
 from .models import Activity
 from .purchase import purchase_reserve
 from .selectors import ActivitySnapshot, activity_snapshot, purchase_result, redis_remaining_many
@@ -55,10 +47,9 @@ def error_json(exc: ApiError) -> JsonResponse:
     return expected_rejection_unlogged(response)
 
 
-def purchase_finish(request, passed: FrontPassed) -> dict:
-    """After the front gates: who may buy (403s), then the stock script (202/409/410/503)."""
-    purchase_shopper_check(request, activity=passed.activity, user_id=passed.user_id, body=passed.body, now=passed.now)
-    reserved = purchase_reserve(activity=passed.activity, user_id=passed.user_id, quantity=passed.body.quantity)
+def purchase_queued(admitted: Admitted) -> dict:
+    """The stock script (202, or 409/410/503 raised) for a purchase that passed the checks."""
+    reserved = purchase_reserve(activity=admitted.activity, user_id=admitted.user_id, quantity=admitted.body.quantity)
     return {"code": "queued", "reservation": reserved.reservation_id, "remaining": reserved.remaining}
 
 
@@ -104,27 +95,8 @@ class FlagApi(APIView):
 
 
 class PurchaseApi(APIView):
-    @classmethod
-    def as_view(cls, **initkwargs):
-        """A token-authenticated JSON purchase is answered without DRF (see
-        gates.purchase_front_gates); DRF answers the rest (sessions, malformed input)."""
-        view = super().as_view(**initkwargs)
-
-        def purchase(request, *args, **kwargs):
-            try:
-                passed = purchase_front_gates(request, activity_id=kwargs["activity_id"])
-                if passed is not None:
-                    return plain_json(purchase_finish(request, passed), status=202)
-            except Exception as exc:
-                # The same answers as DRF's exception handler (api_errors), the database
-                # away (an uncached token's lookup) included; anything else is a bug.
-                known = api_error_of(exc)
-                if known is None:
-                    raise
-                return error_json(known)
-            return view(request, *args, **kwargs)
-
-        return functools.update_wrapper(purchase, view)  # keeps .cls and csrf_exempt (schema, middleware)
+    """Purchases that are not a plain token-authenticated JSON call (sessions, malformed
+    input); ``purchase`` below is the URL's view."""
 
     @extend_schema(
         request=PurchaseRequestSerializer,
@@ -134,13 +106,39 @@ class PurchaseApi(APIView):
         },
     )
     def post(self, request, activity_id: int):
-        # The order of API.md: the first check that fails answers.
-        activity = snapshot_or_404(activity_id)
-        body = purchase_body_parse(request.data, activity=activity)
-        now = timezone.now()
-        purchase_front_check(request, activity=activity, user_id=request.user.pk, body=body, now=now)
-        passed = FrontPassed(activity, request.user.pk, body, now)
-        return Response(purchase_finish(request, passed), status=202)
+        admitted = purchase_admit(
+            request,
+            activity=snapshot_or_404(activity_id),
+            data=request.data,
+            now=timezone.now(),
+            identify=known_shopper(request.user.pk),  # DRF has authenticated (401 before this)
+        )
+        return Response(purchase_queued(admitted), status=202)
+
+
+_purchase_drf = PurchaseApi.as_view()
+
+
+def purchase(request, activity_id: int):
+    """POST /api/activities/<id>/purchase. A token-authenticated JSON purchase (nearly the
+    whole flood) is answered without DRF's request machinery; anything else goes to
+    PurchaseApi. Both run gates.purchase_admit, then the stock script."""
+    try:
+        admitted = token_purchase_admit(request, activity_id=activity_id)
+        if admitted is not None:
+            return plain_json(purchase_queued(admitted), status=202)
+    except Exception as exc:
+        # The same answers as DRF's exception handler (api_errors), the database away (an
+        # uncached token's lookup) included; anything else is a bug.
+        known = api_error_of(exc)
+        if known is None:
+            raise
+        return error_json(known)
+    return _purchase_drf(request, activity_id=activity_id)
+
+
+# The DRF view's attributes (.cls for the schema, csrf_exempt for the middleware).
+functools.update_wrapper(purchase, _purchase_drf)
 
 
 class CaptchaApi(APIView):

@@ -1,6 +1,6 @@
 """Gate 1 of the purchase path: checks in the web process, before the stock script runs.
 
-Each check raises ApiError; PurchaseApi runs them in the order API.md gives:
+Each check raises ApiError; purchase_admit runs them in the order API.md gives:
 body → time window → token → (this process's sold-out memory) → rate limits (429)
 → blacklist, eligibility, captcha (403). Cheap checks first: the sold-out memory costs
 nothing, the rate limits one call of lua/shopper_gate.lua (which also looks up the API
@@ -12,6 +12,7 @@ import ipaddress
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -326,7 +327,7 @@ def purchase_captcha_check(activity: ActivitySnapshot, *, user_id: int, body: Pu
         raise ApiError(403, "captcha_invalid", "The captcha answer is wrong, expired or already used.")
 
 
-# --- the front gates, before DRF ---------------------------------------------------------
+# --- the purchase's checks, in order ------------------------------------------------------
 
 
 def purchase_local_check(activity: ActivitySnapshot, *, body: PurchaseBody, now) -> None:
@@ -334,13 +335,6 @@ def purchase_local_check(activity: ActivitySnapshot, *, body: PurchaseBody, now)
     purchase_window_check(activity, now)
     purchase_token_check(activity, body.token, now)
     purchase_sold_out_check(activity)
-
-
-def purchase_front_check(request, *, activity: ActivitySnapshot, user_id: int, body: PurchaseBody, now) -> None:
-    """Time window, token, sold-out memory, rate limits: the checks that turn most of a
-    flash crowd away, in API.md's order."""
-    purchase_local_check(activity, body=body, now=now)
-    purchase_rate_check(request, activity=activity, user_id=user_id)
 
 
 def purchase_shopper_check(request, *, activity: ActivitySnapshot, user_id: int, body: PurchaseBody, now) -> None:
@@ -351,8 +345,8 @@ def purchase_shopper_check(request, *, activity: ActivitySnapshot, user_id: int,
 
 
 @dataclass(frozen=True)
-class FrontPassed:
-    """A token-authenticated JSON purchase that passed the front gates."""
+class Admitted:
+    """A purchase that passed every check: the stock script decides the rest."""
 
     activity: ActivitySnapshot
     user_id: int
@@ -360,15 +354,53 @@ class FrontPassed:
     now: datetime
 
 
-def purchase_front_gates(request, *, activity_id: int) -> FrontPassed | None:
-    """The front gates for an API client (token auth, JSON body) without DRF's request
-    machinery, which costs more than the gates themselves: a flash crowd is nearly all
-    such requests, and most are answered "sold out" or "rate limited", which should
-    cost what the bare JSON view costs. Raises ApiError to answer; returns what passed,
-    for the purchase view to finish without DRF.
+# Authenticates the shopper (raising AuthenticationFailed or ApiError 401) and, when asked,
+# counts and checks the limits (429); returns the user id.
+Identify = Callable[[TrafficLimits, bool], int]
+
+
+def purchase_admit(request, *, activity: ActivitySnapshot, data, now: datetime, identify: Identify) -> Admitted:
+    """Every check of a purchase, in API.md's order: token (401) → body (400) → window and
+    token (403) → sold-out memory (410) → rate limits and the admission cap (429) → who may
+    buy (403). Both ways in (the token-authenticated JSON call and the DRF view) run this.
+
+    The checks this process decides alone run first and their answer waits for the
+    shopper's: that way a new shopper's token lookup and the count against the limits are
+    one round trip, and a request refused before the limits is not counted."""
+    refused = body = None
+    try:
+        body = purchase_body_parse(data, activity=activity)
+        purchase_local_check(activity, body=body, now=now)
+    except ApiError as exc:
+        refused = exc
+    user_id = identify(activity_limits(request, activity, endpoint="purchase"), refused is None)
+    if refused is not None:
+        raise refused
+    assert body is not None
+    purchase_admission_check(activity)
+    purchase_shopper_check(request, activity=activity, user_id=user_id, body=body, now=now)
+    return Admitted(activity, user_id, body, now)
+
+
+def known_shopper(user_id: int) -> Identify:
+    """For a request already authenticated (the DRF view): only the limits to count."""
+
+    def identify(limits: TrafficLimits, count: bool) -> int:
+        if count:
+            traffic_limits_check(limits, user_id=user_id)
+        return user_id
+
+    return identify
+
+
+def token_purchase_admit(request, *, activity_id: int) -> Admitted | None:
+    """The checks for an API client (token auth, JSON body) without DRF's request
+    machinery, which costs more than the checks themselves: a flash crowd is nearly all
+    such requests, and most are answered "sold out" or "rate limited", which should cost
+    what the bare JSON view costs. Raises ApiError to answer.
 
     Anything unusual (session auth, a bad key, another content type, a body that is not
-    JSON, an unknown activity) returns None: the full DRF view answers it as ever.
+    JSON, an unknown activity) returns None: the DRF view answers it, with the same checks.
     """
     if request.method != "POST" or request.content_type != "application/json":
         return None
@@ -377,33 +409,21 @@ def purchase_front_gates(request, *, activity_id: int) -> FrontPassed | None:
         return None
     try:
         data = json.loads(request.body)
-    except (ValueError, RecursionError):  # the full view answers these
+    except (ValueError, RecursionError):  # the DRF view answers these
         return None
     activity = activity_snapshot(activity_id)
     if activity is None:
         return None
-    # API.md's order is token (401) → body (400) → window and token (403) → rate limits
-    # (429). The checks this process decides alone run first and their answer waits for
-    # the token's: that way the token lookup and the count against the limits are one
-    # round trip, and a request refused before the limits is not counted.
     now = timezone.now()
     if not activity.purchase_token and activity.phase_at(now) == Activity.Phase.LIVE:
         # Started, and the start task has not made the token yet: the first caller makes
-        # it, after authentication (the full view's order), not before.
+        # it, after authentication (the DRF view's order), not before.
         return None
-    refused = body = None
+
+    def identify(limits: TrafficLimits, count: bool) -> int:
+        return token_shopper_limited(limits, token=auth[1], count=count)
+
     try:
-        body = purchase_body_parse(data, activity=activity)
-        purchase_local_check(activity, body=body, now=now)
-    except ApiError as exc:
-        refused = exc
-    try:
-        user_id = token_shopper_limited(
-            activity_limits(request, activity, endpoint="purchase"), token=auth[1], count=refused is None
-        )
+        return purchase_admit(request, activity=activity, data=data, now=now, identify=identify)
     except AuthenticationFailed:
-        return None  # the full view answers 401
-    if refused is not None:
-        raise refused
-    purchase_admission_check(activity)
-    return FrontPassed(activity, user_id, body, now)
+        return None  # the DRF view answers 401

@@ -9,7 +9,7 @@ from . import apis, views
 
 # The purchase first: the flood's endpoint is found without trying the others' patterns.
 api_urlpatterns = [
-    path("activities/<int:activity_id>/purchase", apis.PurchaseApi.as_view(), name="activity-purchase"),
+    path("activities/<int:activity_id>/purchase", apis.purchase, name="activity-purchase"),
     path("activities/", apis.ActivityListApi.as_view(), name="activity-list"),
     path("activities/<int:activity_id>/", apis.ActivityDetailApi.as_view(), name="activity-detail"),
     path("activities/<int:activity_id>/flag", apis.FlagApi.as_view(), name="activity-flag"),
