@@ -1,4 +1,4 @@
-"""The scenarios of issue 7, each followed by the invariant checker."""
+"""The benchmark scenarios, each followed by the invariant checker."""
 
 from __future__ import annotations
 
