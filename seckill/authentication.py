@@ -17,8 +17,6 @@ saving its user inactive removes it at once. A change that bypasses model signal
 
 import hashlib
 import logging
-import threading
-import time
 from collections.abc import Iterable
 
 from django.conf import settings
@@ -32,25 +30,17 @@ from redis import RedisError
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.authtoken.models import Token
 
+from core.memory import ProcessMemory
+
 logger = logging.getLogger(__name__)
 
-_cache: dict[object, tuple[float, object]] = {}
-_lock = threading.Lock()
-_MAX_ENTRIES = 100_000
-
-
-def _cached(key):
-    hit = _cache.get(key)
-    if hit is not None and hit[0] > time.monotonic():
-        return hit[1]
-    return None
+# ("token", key) -> TokenShopper, ("session", user id, auth hash) -> User; never None.
+_memory: ProcessMemory[tuple, object] = ProcessMemory("seckill.authentication", max_entries=100_000)
+_cached = _memory.get
 
 
 def _remember(key, user) -> None:
-    with _lock:
-        if len(_cache) >= _MAX_ENTRIES:
-            _cache.clear()
-        _cache[key] = (time.monotonic() + settings.SECKILL_TOKEN_CACHE_TTL, user)
+    _memory.put(key, user, settings.SECKILL_TOKEN_CACHE_TTL)
 
 
 def _token_user_sql() -> str:
@@ -255,8 +245,7 @@ class CachedSessionAuthentication(SessionAuthentication):
 
 def token_cache_clear() -> None:
     """Forget this process's users (the shared cache is left: delete tokens to revoke)."""
-    with _lock:
-        _cache.clear()
+    _memory.clear()
 
 
 class CachedSessionScheme(SessionScheme):

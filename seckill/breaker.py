@@ -41,6 +41,7 @@ from typing import NamedTuple
 from django.conf import settings
 
 from core.errors import DATABASE_AWAY
+from core.memory import register_reset
 from core.metrics import BREAKER_STATE
 
 from .models import ResyncEpoch
@@ -172,6 +173,13 @@ def redis_breaker() -> CircuitBreaker:
         reset_timeout=settings.SECKILL_BREAKER_RESET,
         epoch_reader=resync_epoch_seen,
     )
+
+
+@register_reset
+def redis_breaker_reset() -> None:
+    """Forget the breaker: the next call makes a closed one from the settings as they are
+    now (core.memory.forget_all calls this)."""
+    redis_breaker.cache_clear()
 
 
 def redis_away() -> bool:

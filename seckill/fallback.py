@@ -43,6 +43,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.errors import DATABASE_AWAY, ApiError, busy
+from core.memory import register_reset
 from core.metrics import FALLBACK_PURCHASES
 from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
@@ -76,6 +77,13 @@ class ResyncedMeanwhile(Exception):
 @lru_cache(maxsize=1)
 def _fallback_slots() -> threading.BoundedSemaphore:
     return threading.BoundedSemaphore(settings.SECKILL_FALLBACK_CONCURRENCY)
+
+
+@register_reset
+def fallback_slots_reset() -> None:
+    """Forget the semaphore: the next purchase makes one of SECKILL_FALLBACK_CONCURRENCY
+    slots as the settings say now (core.memory.forget_all calls this)."""
+    _fallback_slots.cache_clear()
 
 
 def purchase_fallback(*, activity: ActivitySnapshot, user_id: int, quantity: int, epoch: int | None):

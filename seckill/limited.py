@@ -8,36 +8,32 @@ does for 410. The requests answered from memory are not counted in Redis; that c
 nothing, as the window's count is over already and a new window starts from zero.
 """
 
-import threading
 import time
 
-_until: dict[str, float] = {}
-_lock = threading.Lock()
-_MAX_ENTRIES = 100_000  # one per limited shopper; a flood of new ones empties it, never grows it
+from core.memory import ProcessMemory
+
+# Limit key -> True until the limit's moment; one per limited shopper: a flood of new ones
+# pushes out the oldest, never grows it.
+_memory: ProcessMemory[str, bool] = ProcessMemory("seckill.limited", max_entries=100_000)
 
 
 def limited_for(key: str) -> float | None:
     """Seconds this limit stays over, or None when nothing is known."""
-    until = _until.get(key)
+    until = _memory.expires_at(key)
     if until is None:
         return None
     left = until - time.monotonic()
     if left > 0:
         return left
-    with _lock:
-        _until.pop(key, None)
+    _memory.pop(key)
     return None
 
 
 def limited_remember(key: str, seconds: float) -> None:
     if seconds <= 0:
         return
-    with _lock:
-        if len(_until) >= _MAX_ENTRIES:
-            _until.clear()
-        _until[key] = time.monotonic() + seconds
+    _memory.put(key, True, seconds)
 
 
 def limited_forget() -> None:
-    with _lock:
-        _until.clear()
+    _memory.clear()

@@ -2,7 +2,6 @@
 every visitor and a CDN may keep it. Used by the view and by `publish`."""
 
 import hashlib
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -12,6 +11,8 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import translation
 from django.utils.translation import gettext as _
+
+from core.memory import ProcessMemory
 
 from .models import Activity
 
@@ -79,9 +80,8 @@ def page_strings() -> dict[str, str]:
     }
 
 
-_rendered: dict[tuple, RenderedPage] = {}
-_rendered_lock = threading.Lock()
-_RENDERED_MAX = 256
+# _page_inputs(...) -> the page; no expiry (a change is a new key): the oldest go first.
+_rendered: ProcessMemory[tuple, RenderedPage] = ProcessMemory("seckill.pages.rendered", max_entries=256)
 
 
 def _page_inputs(activity: Activity, language: str) -> tuple:
@@ -114,10 +114,7 @@ def activity_page_render(*, activity: Activity, language: str) -> RenderedPage:
     page = _rendered.get(key)
     if page is None:
         page = _activity_page_render_now(activity=activity, language=language)
-        with _rendered_lock:
-            if len(_rendered) >= _RENDERED_MAX:
-                _rendered.clear()
-            _rendered[key] = page
+        _rendered.put(key, page)
     return page
 
 

@@ -22,6 +22,7 @@ from django_redis import get_redis_connection
 from redis.exceptions import LockError
 
 from core.errors import DATABASE_AWAY, busy
+from core.memory import MISSING, ProcessMemory
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
@@ -80,30 +81,11 @@ class _SharedKeys:
     lock: str
 
 
-_local: dict[str, tuple[float, object]] = {}
-_local_lock = threading.Lock()
-_flights: dict[str, threading.Lock] = {}
-_MAX_LOCAL = 100_000
-
-
-def _local_get(name: str) -> tuple[bool, object]:
-    hit = _local.get(name)
-    if hit is not None and hit[0] > time.monotonic():
-        return True, hit[1]
-    return False, None
-
-
-def _local_stale(name: str) -> tuple[bool, object]:
-    hit = _local.get(name)
-    return (True, hit[1]) if hit is not None else (False, None)
-
-
-def _local_put(name: str, value: object, ttl: float) -> None:
-    with _local_lock:
-        if len(_local) >= _MAX_LOCAL:  # a flood of made-up ids must not grow memory forever
-            _local.clear()
-            _flights.clear()
-        _local[name] = (time.monotonic() + ttl, value)
+# This process's copies ("activity:<id>", "activity-ceiling", "blacklist"; a value may be
+# None: an absent activity) and the lock of the one thread per name that asks for a new
+# copy. Bounded: a flood of made-up ids pushes out the oldest, never grows memory.
+_local: ProcessMemory[str, object] = ProcessMemory("seckill.selectors.local", max_entries=100_000)
+_flights: ProcessMemory[str, threading.Lock] = ProcessMemory("seckill.selectors.flights", max_entries=100_000)
 
 
 def _json_default(value: object) -> str:
@@ -145,32 +127,33 @@ def _shared_rebuild(client: redis.Redis, keys: _SharedKeys, codec: _Codec) -> ob
 def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: float, shared: bool = True) -> object:
     """The value from this process's memory, else Redis (when ``shared``), else the
     database read under a lock."""
-    found, value = _local_get(name)
-    if found:
+    value = _local.get(name, MISSING)
+    if value is not MISSING:
         return value
     # One thread per process asks Redis. The others keep using the copy that just ran
     # out, if there is one, and wait for that thread only when there is none.
-    with _local_lock:
+    flight = _flights.get(name)
+    if flight is None:
         flight = _flights.setdefault(name, threading.Lock())
     if not flight.acquire(blocking=False):
-        stale, value = _local_stale(name)
-        if stale:
+        value = _local.stale(name, MISSING)
+        if value is not MISSING:
             return value
         flight.acquire()
     try:
-        found, value = _local_get(name)
-        if found:
+        value = _local.get(name, MISSING)
+        if value is not MISSING:
             return value
         try:
             value = _shared_or_database(name, keys, codec, shared=shared)
         except DATABASE_AWAY as exc:
             # The database is away too: the copy that ran out beats no answer (a cached
             # shopper keeps buying through Redis); without one the caller answers busy.
-            stale, value = _local_stale(name)
-            if not stale:
+            value = _local.stale(name, MISSING)
+            if value is MISSING:
                 raise
             logger.warning("database unavailable, %s served from the last copy: %s", name, exc)
-        _local_put(name, value, local_ttl)
+        _local.put(name, value, local_ttl)
     finally:
         flight.release()
     return value
@@ -293,8 +276,8 @@ def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
     """
     if not 0 < activity_id < 2**63:  # beyond a bigint: no such row, and no query
         return None
-    found, value = _local_get(f"activity:{activity_id}")
-    if found:  # the hot path: nothing else to build
+    value = _local.get(f"activity:{activity_id}", MISSING)
+    if value is not MISSING:  # the hot path: nothing else to build
         return value
     codec = _Codec(lambda: _activity_lookup(activity_id), _activity_dump, _activity_undump, _activity_ttl)
     return _shared_cached(
@@ -311,31 +294,27 @@ def activity_snapshot_forget(activity_id: int | None = None) -> None:
 
     Other processes see the change within SECKILL_ACTIVITY_CACHE_TTL.
     """
-    with _local_lock:
-        if activity_id is None:
-            _local.clear()
-            return
-        _local.pop(f"activity:{activity_id}", None)
+    if activity_id is None:
+        _local.clear()
+        return
+    _local.pop(f"activity:{activity_id}")
     _after_commit(lambda: _activity_forget_now(activity_id))
 
 
 def activity_snapshot_forget_local(activity_id: int) -> None:
     """Drop this process's copy only: the next request reads the shared copy again (which
     whoever changed the activity has dropped already), not the database."""
-    with _local_lock:
-        _local.pop(f"activity:{activity_id}", None)
+    _local.pop(f"activity:{activity_id}")
 
 
 def _activity_forget_now(activity_id: int) -> None:
-    with _local_lock:
-        _local.pop(f"activity:{activity_id}", None)
+    _local.pop(f"activity:{activity_id}")
     try:
         client = gate_redis()
         _shared_forget(client, _activity_keys(activity_id))
         fresh, ceiling = _shared_read(client, _CEILING_KEYS, _CEILING_CODEC)
         if not fresh or activity_id > ceiling:  # a new activity: raise the ceiling
-            with _local_lock:
-                _local.pop("activity-ceiling", None)
+            _local.pop("activity-ceiling")
             _shared_forget(client, _CEILING_KEYS)
     except redis.RedisError as exc:
         logger.warning("could not drop the cached copy of activity %s: %s", activity_id, exc)
@@ -436,15 +415,13 @@ def blacklist() -> Blacklist:
 
 def blacklist_forget() -> None:
     def forget_now() -> None:
-        with _local_lock:
-            _local.pop("blacklist", None)
+        _local.pop("blacklist")
         try:
             _shared_forget(gate_redis(), _BLACKLIST_KEYS)
         except redis.RedisError as exc:  # the Redis copy then lives out its SECKILL_BLACKLIST_REDIS_TTL
             logger.warning("could not drop the cached blacklist: %s", exc)
 
-    with _local_lock:
-        _local.pop("blacklist", None)
+    _local.pop("blacklist")
     _after_commit(forget_now)
 
 

@@ -7,29 +7,28 @@ cancelled or timed-out order) is on sale again in every process within that time
 message to deliver or lose.
 """
 
-import threading
 import time
 
 from django.conf import settings
 
-_until: dict[int, float] = {}
-_lock = threading.Lock()
+from core.memory import ProcessMemory
+
+# Activity id -> True while Redis's "sold out" is believed. An expired entry stays until
+# renewed or forgotten: it tells a request that the memory ran out (see sold_out_known).
+_memory: ProcessMemory[int, bool] = ProcessMemory("seckill.soldout", max_entries=10_000)
 
 
 def sold_out_known(activity_id: int) -> bool:
     """True while the memory lasts. When it runs out, one request goes to Redis to ask
     again and the others go on answering from memory meanwhile, so a process with many
     threads does not send them all at once."""
-    until = _until.get(activity_id)
+    until = _memory.expires_at(activity_id)
     if until is None:
         return False
-    now = time.monotonic()
-    if until > now:
+    if until > time.monotonic():
         return True
-    with _lock:
-        if _until.get(activity_id, now) > now:
-            return True  # another thread is asking
-        _until[activity_id] = now + settings.SECKILL_SOLD_OUT_TTL
+    if not _memory.add(activity_id, True, settings.SECKILL_SOLD_OUT_TTL):
+        return True  # another thread is asking
     return False  # this request asks Redis; its answer renews or clears the memory
 
 
@@ -37,21 +36,19 @@ def sold_out_remember(activity_id: int) -> None:
     ttl = settings.SECKILL_SOLD_OUT_TTL
     if ttl <= 0:
         return
-    with _lock:
-        _until[activity_id] = time.monotonic() + ttl
+    _memory.put(activity_id, True, ttl)
 
 
 def sold_out_note(activity_id: int, remaining: int) -> None:
     """What the stock script said is left: remember "none", forget otherwise."""
     if remaining <= 0:
         sold_out_remember(activity_id)
-    elif activity_id in _until:
+    elif activity_id in _memory:
         sold_out_forget(activity_id)
 
 
 def sold_out_forget(activity_id: int | None = None) -> None:
-    with _lock:
-        if activity_id is None:
-            _until.clear()
-        else:
-            _until.pop(activity_id, None)
+    if activity_id is None:
+        _memory.clear()
+    else:
+        _memory.pop(activity_id)

@@ -9,10 +9,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from seckill import limited, selectors, soldout
-from seckill.authentication import token_cache_clear
-from seckill.breaker import redis_breaker
-from seckill.fallback import _fallback_slots
+import core.memory
 from stock.redis_client import reset_stock_redis, stock_redis
 
 from .helpers import start_celery_worker, start_gunicorn, subprocess_env
@@ -46,23 +43,15 @@ def _amqp_queue(*, delete: bool) -> None:
 @pytest.fixture(autouse=True)
 def clean_redis():
     """Each test starts with empty Redis databases (stock/cache and broker) and empty
-    in-process caches."""
-    reset_stock_redis()
-    redis_breaker.cache_clear()
-    _fallback_slots.cache_clear()
+    in-process caches and singletons (every core.memory memory and registered reset)."""
+    core.memory.forget_all()
     stock_redis().flushdb()
     if settings.CELERY_BROKER_URL.startswith("redis"):
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
     elif settings.CELERY_BROKER_URL.startswith("amqp"):
         _amqp_queue(delete=False)
-    selectors.activity_snapshot_forget()
-    soldout.sold_out_forget()
-    limited.limited_forget()
-    token_cache_clear()
     yield
-    selectors.activity_snapshot_forget()
-    soldout.sold_out_forget()
-    limited.limited_forget()
+    core.memory.forget_all()
 
 
 @pytest.fixture(autouse=True)
