@@ -3,15 +3,13 @@ the reconciliation identities of DESIGN.md (``seckill.reconciliation.reconcile``
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db.models import Count, Sum
 
 from orders.models import AnomalyOrder, Order
 from seckill.models import Activity
 from seckill.reconciliation import reconcile
-from stock.keys import ActivityKeys
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
-from stock.scripts import run_snapshot
 
 
 class InvariantBroken(AssertionError):
@@ -38,8 +36,8 @@ def invariants_check(*, activity_id: int, redis_path: bool = True) -> dict:
     if anomalies:
         problems.append(f"{anomalies} anomaly orders opened")
     if redis_path:
-        keys = ActivityKeys(activity_id)
-        snapshot = run_snapshot(stock_redis(), keys, shards=activity.shards)
+        layout = StockLayout(activity_id, activity.shards)
+        snapshot = layout.snapshot(stock_redis())
         ordered_users = set(live.values_list("user_id", flat=True))
         ordered_ids = set(live.values_list("reservation_id", flat=True))
         # Entries already ordered but not yet acknowledged count once, as orders.
@@ -51,9 +49,7 @@ def invariants_check(*, activity_id: int, redis_path: bool = True) -> dict:
         if report["reserved_not_ordered"] + live_units > (snapshot.loaded or 0):
             problems.append("oversell in Redis: more reserved and ordered than loaded")
         # S > 1: each shopper's claim lives in one user partition, not in a shard.
-        holders = (
-            [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if activity.shards > 1 else [keys]
-        )
+        holders = layout.partitions or [layout.keys]
         participants = sum(stock_redis().hlen(k.users) for k in holders)
         if participants != len(ordered_users) + len(log_users):
             problems.append(

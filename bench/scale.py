@@ -53,25 +53,20 @@ def _hammer(
 
     import redis
 
-    from stock.keys import ActivityKeys
-    from stock.scripts import ScriptCode, run_reserve
+    from stock.layout import StockLayout
+    from stock.scripts import ScriptCode
 
     client = redis.RedisCluster.from_url(url)
-    keys = [ActivityKeys(a) for a in activity_ids]
+    layouts = [StockLayout(a, shards) for a in activity_ids]
     done = reserved = 0
     user = first_user
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         user += 1
-        reply = run_reserve(
-            client, random.choice(keys), user_id=user, quantity=1, limit=1, shards=shards, partitions=PARTITIONS
-        )
+        reply = random.choice(layouts).reserve(client, user_id=user, quantity=1, limit=1)
         done += 1
         reserved += reply.code == ScriptCode.RESERVED
     result.put((done, reserved))
-
-
-PARTITIONS = 16  # SECKILL_USER_PARTITIONS' default
 
 
 def redis_scenario(cluster, *, name: str, activity_ids: list[int], seconds: float, procs: int, shards: int = 1) -> dict:

@@ -4,12 +4,12 @@ of an activity's report."""
 from datetime import timedelta
 
 import redis
-from django.conf import settings
 from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import TruncHour, TruncMinute, TruncSecond
 
 from inventory.models import SeckillStock, StockMovement
 from stock.keys import ActivityKeys
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import LogEntry, parse_log_entry
 
@@ -49,9 +49,7 @@ def anomaly_evidence(*, anomaly: AnomalyOrder) -> dict:
             activity_id=anomaly.activity_id, shard=shard, reservation_id=anomaly.reservation_id
         ).first()
     keys = ActivityKeys(anomaly.activity_id).shard(shard)
-    users = ActivityKeys(anomaly.activity_id)
-    if anomaly.activity.shards > 1:
-        users = users.user_partition(anomaly.user_id or 0, settings.SECKILL_USER_PARTITIONS)
+    users = StockLayout(anomaly.activity_id, anomaly.activity.shards).users_of(anomaly.user_id or 0)
     try:
         client = stock_redis()
         pipe = client.pipeline(transaction=False)

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import redis
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -18,8 +17,11 @@ from django.utils import timezone
 from core import metrics
 from inventory.services import InsufficientStock, stock_deduct, stock_lock, stock_return
 from seckill.models import Activity
+from stock.keys import ActivityKeys
+from stock.layout import StockLayout
+from stock.redis_client import stock_redis
 from stock.reservations import order_units_return, reservation_release, reservations_acknowledge_entries
-from stock.scripts import LogEntry
+from stock.scripts import LogEntry, ScriptCode
 
 from .models import AnomalyOrder, Order, ReleasedReservation
 
@@ -517,9 +519,6 @@ def orders_expiry_schedule(*, orders: Sequence[NewOrder]) -> None:
 def orders_expiry_claim(*, activity_id: int, due_second: int) -> bool:
     """True for the first caller of this activity and second (who schedules the task);
     True as well when Redis cannot say: a second task is harmless, a missing one is not."""
-    from stock.keys import ActivityKeys
-    from stock.redis_client import stock_redis
-
     ttl = max(60, int(due_second - time.time()) + 600)
     try:
         return bool(stock_redis().set(ActivityKeys(activity_id).expiry_scheduled(due_second), 1, nx=True, ex=ttl))
@@ -610,10 +609,6 @@ def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Orde
     (the database guard). Once the activity's Redis state is gone (ended), the order
     is written with the database guard alone.
     """
-    from stock.keys import ActivityKeys
-    from stock.redis_client import stock_redis
-    from stock.scripts import ScriptCode, run_reserve
-
     if anomaly.user_id is None:
         raise AnomalyActionError("this anomaly names no shopper to create an order for")
     existing = Order.objects.filter(
@@ -624,14 +619,8 @@ def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Orde
     activity = Activity.objects.get(pk=anomaly.activity_id)
     quantity = int(anomaly.details.get("quantity") or (anomaly.order.quantity if anomaly.order else 1))
     if activity.status != Activity.Status.ENDED:
-        reply = run_reserve(
-            stock_redis(),
-            ActivityKeys(activity.pk),
-            user_id=anomaly.user_id,
-            quantity=quantity,
-            limit=activity.per_user_limit,
-            shards=activity.shards,
-            partitions=settings.SECKILL_USER_PARTITIONS,
+        reply = StockLayout(activity.pk, activity.shards).reserve(
+            stock_redis(), user_id=anomaly.user_id, quantity=quantity, limit=activity.per_user_limit
         )
         if reply.code != ScriptCode.RESERVED:
             reasons = {ScriptCode.DUPLICATE: "the shopper has a reservation", ScriptCode.SOLD_OUT: "sold out"}

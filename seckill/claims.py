@@ -13,6 +13,7 @@ from django.db import DatabaseError
 
 from orders.models import Order
 from stock.keys import ActivityKeys, claim_pending_since, claim_value
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import parse_log_entry, run_claim_settle
 
@@ -80,13 +81,13 @@ def claims_pending_settle(*, activity_id: int, shards: int, now_ms: int | None =
     """S > 1: settle every pending claim older than SECKILL_CLAIM_PENDING_TIMEOUT
     (reconciliation), so that a shopper who does not try again is not "queued" forever.
     Returns the number of claims settled."""
-    if shards == 1:
-        return 0
+    layout = StockLayout(activity_id, shards)
+    if not layout.sharded:
+        return 0  # one key: the script records the shopper in the same step, nothing is pending
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     cutoff = now_ms - int(settings.SECKILL_CLAIM_PENDING_TIMEOUT * 1000)
-    client, keys, settled = stock_redis(), ActivityKeys(activity_id), 0
-    for p in range(settings.SECKILL_USER_PARTITIONS):
-        partition = keys.partition(p)
+    client, settled = stock_redis(), 0
+    for partition in layout.partitions:
         # Without withscores the reply is the members alone (redis-py types both replies as one).
         for member in cast(list[bytes], client.zrangebyscore(partition.pending, "-inf", cutoff)):
             user_id = int(member)

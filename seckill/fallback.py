@@ -50,12 +50,13 @@ from inventory.services import InsufficientStock
 from orders.models import Order
 from orders.services import DB_PATH_PREFIX, OrderDuplicate, order_create_direct
 from stock.keys import ActivityKeys
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 
 from .breaker import resync_epoch
 from .lifecycle import activity_warmup
 from .models import Activity, ResyncEpoch
-from .selectors import ActivitySnapshot, live_activities, redis_stock_totals
+from .selectors import ActivitySnapshot, live_activities
 
 logger = logging.getLogger(__name__)
 
@@ -196,5 +197,5 @@ def _in_sync(client, activity_id: int, shards: int, *, sold_by_db: int | None = 
     """Redis holds the stock and has counted every database-path order of the activity."""
     if sold_by_db is None:
         sold_by_db = _sold_by_db(activity_id)
-    stock = redis_stock_totals(activity_id=activity_id, shards=shards)[0]
+    stock = StockLayout(activity_id, shards).totals(client)[0]
     return stock is not None and int(client.get(ActivityKeys(activity_id).db_synced) or 0) >= sold_by_db

@@ -13,17 +13,16 @@ from django.utils import timezone
 
 from orders.models import Order
 from orders.services import orders_units_return
-from stock.keys import ActivityKeys, claim_value
+from stock.keys import ActivityKeys
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
-from stock.scripts import run_claim_settle, run_warmup, warmup_shares
 
 from .models import Activity
-from .reconciliation import reconcile, reconciliation_measure
+from .reconciliation import Measurement, reconcile, reconciliation_measure
 from .replay import reservations_drain
 from .selectors import (
     activity_snapshot_fill,
     activity_snapshot_forget,
-    redis_stock_totals,
 )
 
 logger = logging.getLogger(__name__)
@@ -119,8 +118,8 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
     activity = Activity.objects.get(pk=activity_id)
     if activity.status == Activity.Status.ENDED:
         raise WarmupError(f"activity {activity_id} has ended and been cleaned up; it cannot be warmed")
-    client, keys, shards = stock_redis(), ActivityKeys(activity_id), activity.shards
-    current, _ = redis_stock_totals(activity_id=activity_id, shards=shards)
+    client, layout = stock_redis(), StockLayout(activity_id, activity.shards)
+    current, _ = layout.totals(client)
     started = timezone.now() >= activity.start_at
     if current is not None and started and not force:
         raise WarmupError(
@@ -156,43 +155,14 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
                 f"- unordered reservations {unordered_units} - cancelled units not yet returned "
                 f"{not_returned_units} is negative; reconcile first"
             )
-        participants = _participants(activity_id=activity_id, picture=picture, shards=shards)
-        _participants_restore(client, keys, participants, shards=shards)
+        participants = _participants(layout, picture=picture)
+        layout.records_write(client, participants)
         written_records |= participants
         # Compare-and-set against the stock the picture was taken with: a purchase or a
         # release in between changes it, and the derivation is taken again. (Every step
         # that moves the stock also moves a term of the derivation by as much, so a
         # stock that went away and came back to the same figure is still right.)
-        log_lengths = [sum(1 for e in picture.redis.log if e.shard == i) for i in range(shards)]
-        if shards == 1:
-            written = run_warmup(
-                client,
-                keys,
-                remaining=remaining,
-                loaded=activity.redis_loaded_units,
-                expected=picture.redis.stock,
-                log_length=log_lengths[0],
-            )
-        else:
-            # Each shard gets an even share of the stock and of ``loaded`` (their sums are
-            # the activity's); every shard must be written in the same round.
-            expected = picture.redis.shard_stocks
-            shares = zip(
-                warmup_shares(remaining, shards), warmup_shares(activity.redis_loaded_units, shards), strict=True
-            )
-            written = all(
-                [
-                    run_warmup(
-                        client,
-                        keys.shard(i),
-                        remaining=r,
-                        loaded=loaded,
-                        expected=expected[i],
-                        log_length=log_lengths[i],
-                    )
-                    for i, (r, loaded) in enumerate(shares)
-                ]
-            )
+        written = layout.warm(client, picture=picture.redis, remaining=remaining, loaded=activity.redis_loaded_units)
         if written:
             break
 
@@ -209,8 +179,7 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
         raise WarmupError(
             f"activity {activity_id}: the stock kept changing; the participants written may be stale, re-warm again"
         )
-    now_participants = _participants(activity_id=activity_id, picture=after, shards=shards)
-    _participants_correct(client, keys, written_records, now_participants, shards=shards)
+    layout.records_correct(client, written_records, _participants(layout, picture=after))
     if not written:
         raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
     # The units the derivation left out (and those of orders cancelled while the key was
@@ -219,9 +188,9 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
 
     # Read back what Redis holds now and compare it with the database. Once the sale
     # runs, purchases may already have moved the stock; the loaded units may not move.
-    read_stock, read_loaded = redis_stock_totals(activity_id=activity_id, shards=shards)
-    if shards > 1:
-        display_total_refresh(activity_id=activity_id, shards=shards, create=True)
+    read_stock, read_loaded = layout.totals(client)
+    if layout.sharded:
+        display_total_refresh(activity_id=activity_id, shards=layout.shards, create=True)
     expected_stock = remaining + sum(o.quantity for o in after.not_returned)
     if (
         read_stock is None
@@ -259,22 +228,12 @@ def _consistent_picture(activity_id: int):
     return None
 
 
-def _participants(*, activity_id: int, picture, shards: int) -> dict[int, str]:
-    """Who holds a live order or a logged reservation, and the record naming it:
-    the reservation id, or (S > 1) the claim "<shard>:<reservation id>"."""
-    live = Order.objects.filter(activity_id=activity_id, status__in=Order.LIVE_STATUSES)
-    if shards == 1:
-        participants = dict(live.values_list("user_id", "reservation_id"))
-        participants.update({e.user_id: e.reservation_id for e in picture.unordered})
-    else:
-        participants = {u: claim_value(s, r) for u, s, r in live.values_list("user_id", "shard", "reservation_id")}
-        participants.update({e.user_id: claim_value(e.shard, e.reservation_id) for e in picture.unordered})
+def _participants(layout: StockLayout, *, picture: Measurement) -> dict[int, str]:
+    """Who holds a live order or a logged reservation, and the record naming it."""
+    live = Order.objects.filter(activity_id=layout.activity_id, status__in=Order.LIVE_STATUSES)
+    participants = {u: layout.record(s, r) for u, s, r in live.values_list("user_id", "shard", "reservation_id")}
+    participants.update({e.user_id: layout.record(e.shard, e.reservation_id) for e in picture.unordered})
     return participants
-
-
-def _participants_target(keys: ActivityKeys, user_id: int, shards: int) -> ActivityKeys:
-    """The activity's users hash, or (S > 1) the user's partition."""
-    return keys if shards == 1 else keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
 
 
 def activity_stock_relayout(*, activity_id: int, old_shards: int) -> WarmupResult:
@@ -286,11 +245,11 @@ def activity_stock_relayout(*, activity_id: int, old_shards: int) -> WarmupResul
     if it fails the automatic warm-up (beat) does it again; never are units left behind
     in keys the purchase no longer reads.
     """
-    client, keys = stock_redis(), ActivityKeys(activity_id)
-    if any(client.xlen(k.log) for k in keys.shards(old_shards)):
+    client, old = stock_redis(), StockLayout(activity_id, old_shards)
+    if any(client.xlen(k.log) for k in old.shard_keys):
         raise WarmupError(f"activity {activity_id}: reservations exist; the stock cannot be laid out again")
     Activity.objects.filter(pk=activity_id, status=Activity.Status.WARMED).update(status=Activity.Status.SCHEDULED)
-    _stock_keys_unlink(client, keys, old_shards)
+    old.stock_keys_unlink(client)
     return activity_warmup(activity_id=activity_id, force=True)
 
 
@@ -301,36 +260,6 @@ def _activity_relayout_logged(*, activity_id: int, old_shards: int) -> None:
         logger.error("re-warm of activity %s over its new shard count failed: %s", activity_id, exc)
 
 
-def _participants_restore(client, keys: ActivityKeys, participants: dict, *, shards: int) -> None:
-    """Write the shoppers' records: the activity's users hash, or (S > 1) their partitions
-    (where the restored claims name reservations, so none of them is pending any more)."""
-    by_target: dict[ActivityKeys, dict] = {}
-    for user_id, value in participants.items():
-        by_target.setdefault(_participants_target(keys, user_id, shards), {})[user_id] = value
-    for target, mapping in by_target.items():
-        items = list(mapping.items())
-        for i in range(0, len(items), 1000):
-            chunk = dict(items[i : i + 1000])
-            client.hset(target.users, mapping=chunk)
-            if shards > 1:
-                client.zrem(target.pending, *chunk)
-
-
-def _participants_correct(client, keys: ActivityKeys, written: dict, now: dict, *, shards: int) -> None:
-    """Set each record this warm-up wrote to what the latest picture says (removed when
-    the shopper holds nothing now), each only if it is still the one written (a
-    compare-and-set: a script that changed it since knows better)."""
-    for user_id, value in written.items():
-        if now.get(user_id) != value:
-            run_claim_settle(
-                client,
-                _participants_target(keys, user_id, shards),
-                user_id=user_id,
-                expected=value,
-                new=now.get(user_id, ""),
-            )
-
-
 def display_total_refresh(*, activity_id: int, shards: int, create: bool = False) -> int | None:
     """S > 1: store the sum of the shard stocks where pages read the remaining units
     (removed while any shard is not warmed, so pages show "not warmed" then).
@@ -339,7 +268,7 @@ def display_total_refresh(*, activity_id: int, shards: int, create: bool = False
     one that exists (SET XX), so a refresh that read the shards just before the close
     removed them cannot write it back for the ended activity."""
     client, keys = stock_redis(), ActivityKeys(activity_id)
-    stock, _ = redis_stock_totals(activity_id=activity_id, shards=shards)
+    stock, _ = StockLayout(activity_id, shards).totals(client)
     if stock is None:
         client.delete(keys.display)
     else:
@@ -375,7 +304,7 @@ def activity_close(*, activity_id: int) -> dict:
     if not lock.acquire():
         raise WarmupError(f"activity {activity_id} is being warmed; keys kept, try again")
     try:
-        shards = ActivityKeys(activity_id).shards(activity.shards)
+        shards = StockLayout(activity_id, activity.shards).shard_keys
         if any(stock_redis().xlen(k.log) for k in shards):
             raise WarmupError(f"activity {activity_id}: reservations still without orders; keys kept, try again")
         # ENDED first: from now on nothing writes the activity's Redis state again.
@@ -399,7 +328,7 @@ def activity_keys_remove(*, activity_id: int, shards: int | None = None, batch_s
     client, keys = stock_redis(), ActivityKeys(activity_id)
     if shards is None:
         shards = Activity.objects.filter(pk=activity_id).values_list("shards", flat=True).first() or 1
-    removed = _stock_keys_unlink(client, keys, shards)
+    removed = StockLayout(activity_id, shards).stock_keys_unlink(client)
     for pattern in keys.scan_patterns:
         batch: list = []
         for key in client.scan_iter(match=pattern, count=1000):
@@ -410,10 +339,3 @@ def activity_keys_remove(*, activity_id: int, shards: int | None = None, batch_s
         if batch:
             removed += sum(client.unlink(k) for k in batch)
     return removed
-
-
-def _stock_keys_unlink(client, keys: ActivityKeys, shards: int) -> int:
-    """UNLINK the stock keys of a layout of ``shards``: each shard's, and (S > 1) each user
-    partition's. One call per hash tag: each stays within one Cluster slot."""
-    partitions = [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if shards > 1 else []
-    return sum(client.unlink(*part.all()) for part in keys.shards(shards) + partitions)

@@ -4,11 +4,11 @@ import functools
 import logging
 
 import redis
-from django.conf import settings
 
 from core.errors import ApiError, busy
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
-from stock.scripts import ScriptCode, run_reserve
+from stock.scripts import PurchaseReply, ScriptCode
 
 from .breaker import redis_breaker
 from .claims import claim_pending_settle
@@ -76,7 +76,8 @@ def _purchase(activity: ActivitySnapshot, *, user_id: int, quantity: int, retry:
     breaker.record_success(ticket)
 
     # S > 1: one shard's figure (and a refusal after three tries) proves nothing about the others.
-    if activity.shards == 1 and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
+    whole_stock = not StockLayout(activity.id, activity.shards).sharded
+    if whole_stock and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
         sold_out_note(activity.id, reply.remaining)  # "none left" is answered here, without Redis, for a moment
     if reply.code == ScriptCode.RESERVED:
         if reply.kick:
@@ -92,15 +93,9 @@ def _purchase(activity: ActivitySnapshot, *, user_id: int, quantity: int, retry:
     raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
 
 
-def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int):
-    return run_reserve(
-        stock_redis(),
-        activity.keys,
-        user_id=user_id,
-        quantity=quantity,
-        limit=activity.per_user_limit,
-        shards=activity.shards,
-        partitions=settings.SECKILL_USER_PARTITIONS,
+def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int) -> PurchaseReply:
+    return StockLayout(activity.id, activity.shards).reserve(
+        stock_redis(), user_id=user_id, quantity=quantity, limit=activity.per_user_limit
     )
 
 

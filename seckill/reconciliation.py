@@ -41,8 +41,9 @@ from orders.services import (
     orders_units_return,
 )
 from stock.keys import ActivityKeys
+from stock.layout import StockLayout
 from stock.redis_client import StockRedis, stock_redis
-from stock.scripts import LogEntry, RedisSnapshot, run_snapshot
+from stock.scripts import LogEntry, RedisSnapshot
 
 from .claims import claims_pending_settle
 from .models import Activity
@@ -210,13 +211,13 @@ def reconciliation_measure(*, activity_id: int) -> Measurement:
     moves its stock and its ``returned`` set together, so none falls between the two.
     Sharded stock (S > 1): the sums over the shards, each shard read atomically; the
     bracketing makes the whole consistent."""
-    client, keys, shards = stock_redis(), ActivityKeys(activity_id), activity_shards(activity_id)
-    before = run_snapshot(client, keys, shards=shards)
+    client, keys, layout = stock_redis(), ActivityKeys(activity_id), StockLayout.of(activity_id)
+    before = layout.snapshot(client)
     consistent = False
     for _ in range(_SNAPSHOT_TRIES):
         db = _db_figures(activity_id, before)
         not_returned = _not_returned(client, keys, db)
-        snapshot = run_snapshot(client, keys, shards=shards)
+        snapshot = layout.snapshot(client)
         if snapshot == before:
             consistent = True
             break

@@ -24,6 +24,7 @@ from redis.exceptions import LockError
 from core.errors import DATABASE_AWAY, busy
 from core.memory import MISSING, ProcessMemory
 from stock.keys import ActivityKeys
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 
 from .breaker import redis_away
@@ -481,28 +482,9 @@ def activity_shards(activity_id: int) -> int:
     return snapshot.shards if snapshot is not None else 1
 
 
-def redis_stock_totals(*, activity_id: int, shards: int) -> tuple[int | None, int | None]:
-    """(stock, loaded) summed over the shards; each None when any shard lacks it."""
-    keys = ActivityKeys(activity_id)
-    if shards == 1:
-        values = stock_redis().mget([keys.stock, keys.loaded])
-    else:
-        # A pipeline, not MGET: the shards live in different Redis Cluster slots.
-        pipe = stock_redis().pipeline(transaction=False)
-        for shard in keys.shards(shards):
-            pipe.get(shard.stock)
-            pipe.get(shard.loaded)
-        values = pipe.execute()
-    stocks, loads = values[::2], values[1::2]
-    return (
-        None if None in stocks else sum(int(v) for v in stocks),
-        None if None in loads else sum(int(v) for v in loads),
-    )
-
-
 def redis_remaining(activity_id: int) -> int | None:
     """Units Redis may still sell (every shard), or None when the activity is not warmed."""
-    return redis_stock_totals(activity_id=activity_id, shards=activity_shards(activity_id))[0]
+    return StockLayout.of(activity_id).totals(stock_redis())[0]
 
 
 def redis_remaining_many(activity_ids: list[int]) -> dict[int, int | None]:

@@ -1,11 +1,47 @@
-"""How many shards (S) an activity's stock is spread over.
+"""Where an activity's stock and shoppers live in Redis: the one place that knows the two
+layouts.
 
-The sale knows (its activity cache, seckill.selectors.activity_shards) and tells the engine
-at start-up (SeckillConfig.ready), so the engine below the sale needs no import of it: the
-lower layer names what it needs, the upper one provides it.
+* **One key** (S = 1): the stock, the shoppers' records (``users``: shopper → reservation
+  id) and the reservation log share one hash tag, so one script checks, deducts and records
+  in one atomic step.
+* **S shards**: the stock is split over S hash tags (each with its own log), so a Redis
+  Cluster spreads one hot sale over several nodes; a shopper's record is a claim
+  ("<shard>:<reservation id>") in one of ``SECKILL_USER_PARTITIONS`` user partitions,
+  settled around the shard's script (a claim first, then the shard).
+
+The two need different scripts (a claim and a shard live in different slots, so no one
+script can hold both); everything above the engine asks a ``StockLayout`` and never
+compares S with 1 itself.
+
+How many shards an activity has is the sale's knowledge (its activity cache): the sale
+registers the lookup at start-up (SeckillConfig.ready), so the engine below it needs no
+import of it.
 """
 
-from collections.abc import Callable
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from .keys import ActivityKeys, claim_value
+from .redis_client import StockRedis
+from .scripts import (
+    LogEntry,
+    PurchaseReply,
+    RedisSnapshot,
+    run_claim_settle,
+    run_purchase,
+    run_purchase_sharded,
+    run_release,
+    run_return,
+    run_shard_release,
+    run_shard_return,
+    run_snapshot,
+    run_warmup,
+    warmup_shares,
+)
 
 _lookup: Callable[[int], int] | None = None
 
@@ -19,3 +55,202 @@ def activity_shards(activity_id: int) -> int:
     if _lookup is None:  # a process that never loaded the apps: guessing S would misplace stock
         raise RuntimeError("stock.layout: no shard lookup registered (is the seckill app installed?)")
     return _lookup(activity_id)
+
+
+@dataclass(frozen=True)
+class StockLayout:
+    activity_id: int
+    shards: int = 1
+
+    @classmethod
+    def of(cls, activity_id: int) -> StockLayout:
+        return cls(activity_id, activity_shards(activity_id))
+
+    @property
+    def keys(self) -> ActivityKeys:
+        return ActivityKeys(self.activity_id)
+
+    @property
+    def sharded(self) -> bool:
+        """Claims in user partitions, a display total, shard figures that are not the activity's."""
+        return self.shards > 1
+
+    @property
+    def shard_keys(self) -> list[ActivityKeys]:
+        return self.keys.shards(self.shards)
+
+    @property
+    def partitions(self) -> list[ActivityKeys]:
+        """The user partitions that hold the claims (none with one key)."""
+        return [self.keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if self.sharded else []
+
+    def users_of(self, user_id: int) -> ActivityKeys:
+        """The keys whose ``users`` hash holds this shopper's record."""
+        return self.keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS) if self.sharded else self.keys
+
+    def record(self, shard: int, reservation_id: str) -> str:
+        """What a shopper's record says for a reservation: its id, or (S > 1) the claim."""
+        return claim_value(shard, reservation_id) if self.sharded else reservation_id
+
+    def stock_keys(self) -> list[ActivityKeys]:
+        """Every hash tag the stock lives under: each shard's, and each user partition's."""
+        return self.shard_keys + self.partitions
+
+    # --- the scripts ------------------------------------------------------------------
+
+    def reserve(self, client: StockRedis, *, user_id: int, quantity: int, limit: int) -> PurchaseReply:
+        if not self.sharded:
+            return run_purchase(client, self.keys, user_id=user_id, quantity=quantity, limit=limit)
+        return run_purchase_sharded(
+            client,
+            self.keys,
+            user_id=user_id,
+            quantity=quantity,
+            limit=limit,
+            shards=self.shards,
+            partitions=settings.SECKILL_USER_PARTITIONS,
+        )
+
+    def release(
+        self,
+        client: StockRedis,
+        entry: LogEntry,
+        *,
+        free_participant: bool,
+        reason: str,
+        live_reservation_id: str = "",
+        live_shard: int = 0,
+    ) -> bool:
+        """A reservation's units back into its shard, once (idempotent by the log entry).
+
+        ``free_participant``: the shopper may buy again (``reason`` is what their result
+        says); otherwise, with ``live_reservation_id`` (of ``live_shard``), their record
+        names their live order's reservation again."""
+        if not self.sharded:
+            released = run_release(
+                client,
+                self.keys,
+                reservation_id=entry.reservation_id,
+                user_id=entry.user_id,
+                quantity=entry.quantity,
+                free_participant=free_participant,
+                reason=reason,
+                live_reservation_id=live_reservation_id,
+            )
+        else:
+            # Two slots, two steps: the shard first (idempotent by the log entry), then the claim.
+            released = run_shard_release(
+                client, self.keys.shard(entry.shard), reservation_id=entry.reservation_id, quantity=entry.quantity
+            )
+            if released:
+                if free_participant:
+                    new, why = "", reason
+                else:
+                    new, why = (claim_value(live_shard, live_reservation_id) if live_reservation_id else ""), ""
+                if free_participant or new:
+                    run_claim_settle(
+                        client,
+                        self.users_of(entry.user_id),
+                        user_id=entry.user_id,
+                        expected=claim_value(entry.shard, entry.reservation_id),
+                        new=new,
+                        reason=why,
+                    )
+        if released:
+            client.hdel(self.keys.shard(entry.shard).attempts, entry.reservation_id)
+        return released
+
+    def units_return(
+        self, client: StockRedis, *, order_no: str, quantity: int, user_id: int, reservation_id: str, shard: int = 0
+    ) -> bool:
+        """A cancelled order's units back into the shard they came from, and the shopper
+        freed; once per order (the ``returned`` set)."""
+        if not self.sharded:
+            return run_return(
+                client, self.keys, order_no=order_no, quantity=quantity, user_id=user_id, reservation_id=reservation_id
+            )
+        returned = run_shard_return(client, self.keys.shard(shard), order_no=order_no, quantity=quantity)
+        if returned:
+            run_claim_settle(
+                client, self.users_of(user_id), user_id=user_id, expected=claim_value(shard, reservation_id), new=""
+            )
+        return returned
+
+    def snapshot(self, client: StockRedis) -> RedisSnapshot:
+        """Each shard read atomically; with S > 1 their sum (stock and loaded: None if any
+        shard lacks it), logs ordered by (shard, id), and each shard's stock."""
+        if not self.sharded:
+            return run_snapshot(client, self.keys)
+        parts = [run_snapshot(client, shard_keys) for shard_keys in self.shard_keys]
+        stocks, loads = [p.stock for p in parts], [p.loaded for p in parts]
+        return RedisSnapshot(
+            stock=_sum_or_none(stocks),
+            loaded=_sum_or_none(loads),
+            log=tuple(e for p in parts for e in p.log),
+            shard_stocks=tuple(stocks),
+            returned=sum(p.returned for p in parts),
+        )
+
+    def totals(self, client: StockRedis) -> tuple[int | None, int | None]:
+        """(stock, loaded) summed over the shards; each None when any shard lacks it."""
+        if not self.sharded:
+            values = client.mget([self.keys.stock, self.keys.loaded])
+        else:
+            # A pipeline, not MGET: the shards live in different Redis Cluster slots.
+            pipe = client.pipeline(transaction=False)
+            for shard in self.shard_keys:
+                pipe.get(shard.stock)
+                pipe.get(shard.loaded)
+            values = pipe.execute()
+        stocks, loads = values[::2], values[1::2]
+        return (
+            None if None in stocks else sum(int(v) for v in stocks),
+            None if None in loads else sum(int(v) for v in loads),
+        )
+
+    def warm(self, client: StockRedis, *, picture: RedisSnapshot, remaining: int, loaded: int) -> bool:
+        """Write ``remaining`` and ``loaded`` if the stock is still what ``picture`` saw
+        (a compare-and-set per shard); True if every shard was written. With S > 1 each
+        shard gets an even share of both (their sums are the activity's)."""
+        log_lengths = [sum(1 for e in picture.log if e.shard == i) for i in range(self.shards)]
+        expected = picture.shard_stocks if self.sharded else (picture.stock,)
+        shares = zip(warmup_shares(remaining, self.shards), warmup_shares(loaded, self.shards), expected, strict=True)
+        return all(
+            [  # a list, not a generator: every shard is written in the same round
+                run_warmup(client, shard_keys, remaining=r, loaded=n, expected=e, log_length=log_lengths[i])
+                for i, (shard_keys, (r, n, e)) in enumerate(zip(self.shard_keys, shares, strict=True))
+            ]
+        )
+
+    def records_write(self, client: StockRedis, records: Mapping[int, str]) -> None:
+        """Write shoppers' records (a warm-up restoring them); with S > 1 the restored
+        claims name reservations, so none of them is pending any more."""
+        by_target: dict[ActivityKeys, dict[int, str]] = {}
+        for user_id, value in records.items():
+            by_target.setdefault(self.users_of(user_id), {})[user_id] = value
+        for target, mapping in by_target.items():
+            items = list(mapping.items())
+            for i in range(0, len(items), 1000):
+                chunk = dict(items[i : i + 1000])
+                client.hset(target.users, mapping=chunk)  # type: ignore[arg-type]  # int keys are fine for Redis
+                if self.sharded:
+                    client.zrem(target.pending, *chunk)
+
+    def records_correct(self, client: StockRedis, written: Mapping[int, str], now: Mapping[int, str]) -> None:
+        """Set each record in ``written`` to what ``now`` says (removed when the shopper
+        holds nothing now), each only if it is still the one written (a compare-and-set:
+        a script that changed it since knows better)."""
+        for user_id, value in written.items():
+            if now.get(user_id) != value:
+                run_claim_settle(
+                    client, self.users_of(user_id), user_id=user_id, expected=value, new=now.get(user_id, "")
+                )
+
+    def stock_keys_unlink(self, client: StockRedis) -> int:
+        """UNLINK every stock key of this layout; one call per hash tag (one Cluster slot each)."""
+        return sum(client.unlink(*part.all()) for part in self.stock_keys())
+
+
+def _sum_or_none(values: Iterable[int | None]) -> int | None:
+    known = list(values)
+    return None if None in known else sum(v for v in known if v is not None)

@@ -7,20 +7,10 @@ from (``LogEntry.shard``), and the shopper's claim in their user partition."""
 import logging
 from collections.abc import Iterable
 
-from django.conf import settings
-
-from .keys import ActivityKeys, claim_value
-from .layout import activity_shards
+from .keys import ActivityKeys
+from .layout import StockLayout, activity_shards
 from .redis_client import stock_redis
-from .scripts import (
-    LogEntry,
-    parse_log_entry,
-    run_claim_settle,
-    run_release,
-    run_return,
-    run_shard_release,
-    run_shard_return,
-)
+from .scripts import LogEntry, parse_log_entry
 
 logger = logging.getLogger(__name__)
 
@@ -93,41 +83,14 @@ def reservation_release(
     order, the participant record points at that order's reservation again (so
     cancelling it frees the shopper).
     """
-    client, keys = stock_redis(), ActivityKeys(activity_id)
-    shards = activity_shards(activity_id)
-    if shards == 1:
-        released = run_release(
-            client,
-            keys,
-            reservation_id=entry.reservation_id,
-            user_id=entry.user_id,
-            quantity=entry.quantity,
-            free_participant=free_participant,
-            reason=reason,
-            live_reservation_id=live_reservation_id,
-        )
-    else:
-        # Two slots, two steps: the shard first (idempotent by the log entry), then the claim.
-        released = run_shard_release(
-            client, keys.shard(entry.shard), reservation_id=entry.reservation_id, quantity=entry.quantity
-        )
-        if released:
-            if free_participant:
-                new, why = "", reason
-            else:
-                new, why = (claim_value(live_shard, live_reservation_id) if live_reservation_id else ""), ""
-            if free_participant or new:
-                run_claim_settle(
-                    client,
-                    keys.user_partition(entry.user_id, settings.SECKILL_USER_PARTITIONS),
-                    user_id=entry.user_id,
-                    expected=claim_value(entry.shard, entry.reservation_id),
-                    new=new,
-                    reason=why,
-                )
-    if released:
-        client.hdel(keys.shard(entry.shard).attempts, entry.reservation_id)
-    return released
+    return StockLayout.of(activity_id).release(
+        stock_redis(),
+        entry,
+        free_participant=free_participant,
+        reason=reason,
+        live_reservation_id=live_reservation_id,
+        live_shard=live_shard,
+    )
 
 
 def order_units_return(
@@ -135,18 +98,6 @@ def order_units_return(
 ) -> bool:
     """Put a cancelled order's units back in Redis (the shard they came from) and free
     the shopper; once per order."""
-    client, keys = stock_redis(), ActivityKeys(activity_id)
-    if activity_shards(activity_id) == 1:
-        return run_return(
-            client, keys, order_no=order_no, quantity=quantity, user_id=user_id, reservation_id=reservation_id
-        )
-    returned = run_shard_return(client, keys.shard(shard), order_no=order_no, quantity=quantity)
-    if returned:
-        run_claim_settle(
-            client,
-            keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS),
-            user_id=user_id,
-            expected=claim_value(shard, reservation_id),
-            new="",
-        )
-    return returned
+    return StockLayout.of(activity_id).units_return(
+        stock_redis(), order_no=order_no, quantity=quantity, user_id=user_id, reservation_id=reservation_id, shard=shard
+    )

@@ -57,18 +57,7 @@ class PurchaseReply:
     held: str = ""  # S > 1, duplicate: the claim the shopper holds (maybe a pending one)
 
 
-def run_reserve(
-    client: StockRedis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
-) -> PurchaseReply:
-    """The purchase in Redis: the single-key script when ``shards`` is 1, else the sharded steps."""
-    if shards == 1:
-        return run_purchase(client, keys, user_id=user_id, quantity=quantity, limit=limit)
-    return _run_purchase_sharded(
-        client, keys, user_id=user_id, quantity=quantity, limit=limit, shards=shards, partitions=partitions
-    )
-
-
-def _run_purchase_sharded(
+def run_purchase_sharded(
     client: StockRedis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
 ) -> PurchaseReply:
     """Claim the shopper in their partition, then try a random shard and up to two more
@@ -87,7 +76,7 @@ def _run_purchase_sharded(
     reply = PurchaseReply(ScriptCode.SOLD_OUT, 0, "")
     # A Redis error on the way leaves the claim pending: a timed-out script may have
     # reserved, and a shopper blocked is safer than one who can buy twice. Once it is
-    # older than SECKILL_CLAIM_PENDING_TIMEOUT, stock.reservations.claim_pending_settle
+    # older than SECKILL_CLAIM_PENDING_TIMEOUT, seckill.claims.claim_pending_settle
     # settles it from the shard logs and the orders.
     for shard in random.sample(range(shards), min(SHARD_TRIES, shards)):
         shard_keys = keys.shard(shard)
@@ -293,24 +282,8 @@ class RedisSnapshot:
         return sum(e.quantity for e in self.log)
 
 
-def _sum_or_none(values: list[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if len(known) == len(values) else None
-
-
-def run_snapshot(client: StockRedis, keys: ActivityKeys, *, shards: int = 1) -> RedisSnapshot:
-    """One shard's state read atomically; with ``shards`` > 1 the sum of the shards
-    (stock and loaded: None if any shard lacks it), logs ordered by (shard, id)."""
-    if shards > 1:
-        parts = [run_snapshot(client, shard_keys) for shard_keys in keys.shards(shards)]
-        stocks, loads = [p.stock for p in parts], [p.loaded for p in parts]
-        return RedisSnapshot(
-            stock=_sum_or_none(stocks),
-            loaded=_sum_or_none(loads),
-            log=tuple(e for p in parts for e in p.log),
-            shard_stocks=tuple(stocks),
-            returned=sum(p.returned for p in parts),
-        )
+def run_snapshot(client: StockRedis, keys: ActivityKeys) -> RedisSnapshot:
+    """One shard's state read atomically (StockLayout.snapshot sums the shards)."""
     with script_timer("snapshot"):
         stock, loaded, entries, returned = SNAPSHOT(
             keys=[keys.stock, keys.loaded, keys.log, keys.returned], client=client

@@ -379,20 +379,12 @@ def shard_stocks(activity) -> list[int | None]:
 
 def reserve(activity, user_id: int, quantity: int = 1):
     """The purchase script for one shopper, with the activity's own limit and shards."""
-    from django.conf import settings
 
-    from stock.keys import ActivityKeys
+    from stock.layout import StockLayout
     from stock.redis_client import stock_redis
-    from stock.scripts import run_reserve
 
-    return run_reserve(
-        stock_redis(),
-        ActivityKeys(activity.pk),
-        user_id=user_id,
-        quantity=quantity,
-        limit=activity.per_user_limit,
-        shards=activity.shards,
-        partitions=settings.SECKILL_USER_PARTITIONS,
+    return StockLayout(activity.pk, activity.shards).reserve(
+        stock_redis(), user_id=user_id, quantity=quantity, limit=activity.per_user_limit
     )
 
 

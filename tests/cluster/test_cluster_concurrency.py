@@ -39,22 +39,19 @@ def test_shards_and_partitions_spread_over_the_cluster_nodes(on_cluster):
 def test_sharded_lifecycle_on_the_cluster(on_cluster, django_capture_on_commit_callbacks):
     """Replay, cancel (back to the order's shard), reconciliation and key removal, each
     script on one slot of the cluster."""
-    from django.conf import settings
 
     from orders.models import Order
     from orders.services import order_cancel
     from seckill.lifecycle import activity_keys_remove
     from seckill.reconciliation import reconcile
     from seckill.replay import reservations_replay
-    from stock.scripts import ScriptCode, run_reserve
+    from stock.layout import StockLayout
+    from stock.scripts import ScriptCode
 
     activity = make_activity(stock=40, shards=SHARDS)
     users = make_users(12)
     for user in users:
-        reply = run_reserve(
-            stock_redis(), ActivityKeys(activity.pk), user_id=user.pk, quantity=1, limit=1,
-            shards=SHARDS, partitions=settings.SECKILL_USER_PARTITIONS,
-        )  # fmt: skip
+        reply = StockLayout(activity.pk, SHARDS).reserve(stock_redis(), user_id=user.pk, quantity=1, limit=1)
         assert reply.code == ScriptCode.RESERVED
     assert reservations_replay(activity_id=activity.pk, grace_seconds=-1).created == 12
     order = Order.objects.filter(activity=activity).first()

@@ -29,9 +29,10 @@ from seckill.reconciliation import reconcile
 from seckill.replay import reservations_drain, reservations_replay
 from seckill.selectors import redis_remaining
 from stock.keys import ActivityKeys, claim_value
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending
-from stock.scripts import LogEntry, ScriptCode, run_reserve
+from stock.scripts import LogEntry, ScriptCode
 
 from ..factories import make_activity, make_users
 from ..helpers import shopping_while_rewarming, wait_until
@@ -42,15 +43,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def reserve_on_shards(activity, user) -> LogEntry | None:
     """The purchase in Redis for any S (a claim, then a shard, when S > 1); None if refused."""
-    reply = run_reserve(
-        stock_redis(),
-        ActivityKeys(activity.pk),
-        user_id=user.pk,
-        quantity=1,
-        limit=1,
-        shards=activity.shards,
-        partitions=settings.SECKILL_USER_PARTITIONS,
-    )
+    reply = StockLayout(activity.pk, activity.shards).reserve(stock_redis(), user_id=user.pk, quantity=1, limit=1)
     if reply.code != ScriptCode.RESERVED:
         return None
     return LogEntry(reply.reservation_id, user.pk, 1, reply.shard)

@@ -246,7 +246,8 @@ def test_sharded_anomalies_name_their_shard_and_staff_return_the_units_there(set
     two faults, and each one's units go back to its own shard."""
     from orders.selectors import anomaly_evidence
     from orders.services import anomaly_open, anomaly_stock_return
-    from stock.scripts import LogEntry, ScriptCode, run_reserve
+    from stock.layout import StockLayout
+    from stock.scripts import LogEntry, ScriptCode
 
     activity = make_activity(stock=6, shards=2)
     client, keys = stock_redis(), ActivityKeys(activity.pk)
@@ -259,9 +260,7 @@ def test_sharded_anomalies_name_their_shard_and_staff_return_the_units_there(set
         client.xtrim(shard_keys.log, maxlen=0)
     entries = {}
     for user in make_users(6):
-        reply = run_reserve(
-            client, keys, user_id=user.pk, quantity=1, limit=1, shards=2, partitions=settings.SECKILL_USER_PARTITIONS
-        )
+        reply = StockLayout(activity.pk, 2).reserve(client, user_id=user.pk, quantity=1, limit=1)
         assert reply.code == ScriptCode.RESERVED
         if reply.reservation_id == same:
             entries[reply.shard] = LogEntry(reply.reservation_id, user.pk, 1, reply.shard)
