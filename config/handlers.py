@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+from collections.abc import Callable
 
 import django
 from django.conf import settings
@@ -60,8 +61,11 @@ class ApiTokenHandler(WSGIHandler):
     itself: no global setting is swapped while it is built."""
 
     def load_middleware(self, is_async=False):
-        self._view_middleware, self._template_response_middleware, self._exception_middleware = [], [], []
-        handler = convert_exception_to_response(self._get_response)
+        # BaseHandler's private attributes, which django-stubs does not declare.
+        self._view_middleware: list[Callable] = []
+        self._template_response_middleware: list[Callable] = []
+        self._exception_middleware: list[Callable] = []
+        handler = convert_exception_to_response(self._get_response)  # type: ignore[attr-defined]
         for path in reversed(settings.API_MIDDLEWARE):
             factory = import_string(path)
             if not getattr(factory, "sync_capable", True):
@@ -124,10 +128,10 @@ class TokenApiFastPath:
         """On a pool thread, what WSGIHandler does around get_response: the script prefix,
         request_started, and the response closed here (request_finished: this thread's
         database connection is closed if it must be)."""
-        set_script_prefix(request.script_name)
+        set_script_prefix(request.script_name)  # type: ignore[arg-type]  # a str: ASGIRequest sets it from the scope
         signals.request_started.send(sender=self.__class__, scope=request.scope)
         response = self.api.get_response(request)
-        response._handler_class = self.__class__
+        response._handler_class = self.__class__  # type: ignore[attr-defined]  # as WSGIHandler does (private)
         try:
             content = b"".join(response)
         finally:

@@ -35,7 +35,8 @@ _ERR = OpenApiResponse(ErrorSerializer)
 def plain_json(body: dict, *, status: int) -> JsonResponse:
     """What a DRF Response would answer, without DRF."""
     response = JsonResponse(body, status=status)
-    response.data = body  # as on a DRF Response: the purchase metrics read the code from it
+    # As on a DRF Response (JsonResponse has no such attribute): the purchase metrics read the code from it.
+    response.data = body  # type: ignore[attr-defined]
     return response
 
 
@@ -157,7 +158,7 @@ class ResultApi(APIView):
     def get(self, request, activity_id: int):
         activity = snapshot_or_404(activity_id)
         code, value = purchase_result(activity_id=activity.id, user_id=request.user.pk)
-        body = {"code": code, "order": OrderSerializer(value).data if code == "ordered" else None}
+        body: dict[str, object] = {"code": code, "order": OrderSerializer(value).data if code == "ordered" else None}
         if code == "failed":
             body["reason"] = value
         return Response(body, headers=NO_STORE)

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -59,7 +60,8 @@ class TokenShopper:
     __slots__ = ("_user", "user_id", "username")
 
     def __init__(self, user_id: int, username: str):
-        self.user_id, self.username, self._user = user_id, username, None
+        self.user_id, self.username = user_id, username
+        self._user: AbstractBaseUser | None = None
 
     @property
     def user(self):
@@ -97,7 +99,8 @@ def _shopper_of_entry(entry: str) -> TokenShopper:
 
 def token_known(key: str) -> TokenShopper | None:
     """The shopper of a token this process remembers, without any I/O."""
-    return _cached(("token", key))
+    known = _cached(("token", key))
+    return known if isinstance(known, TokenShopper) else None  # what ("token", key) holds, or None
 
 
 def token_shopper_from_entry(key: str, entry: str) -> TokenShopper:

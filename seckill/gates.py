@@ -202,7 +202,7 @@ def _limits_verdict(limits: TrafficLimits, reply: GateReply, user_id: int) -> No
     """The gate script's answer: 429 (remembered until the window ends) or on."""
     if reply.over == GATE_OVER_USER:
         memory_key = limits.user_memory(user_id)
-    elif reply.over == GATE_OVER_ADDRESS:
+    elif reply.over == GATE_OVER_ADDRESS and limits.per_address is not None:  # counted only when it has a limit
         memory_key = limits.per_address.name
     else:
         return

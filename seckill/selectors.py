@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any, Generic, TypeVar, cast
 
 import redis
 from django.conf import settings
@@ -84,8 +85,9 @@ class _SharedKeys:
 
 # This process's copies ("activity:<id>", "activity-ceiling", "blacklist"; a value may be
 # None: an absent activity) and the lock of the one thread per name that asks for a new
-# copy. Bounded: a flood of made-up ids pushes out the oldest, never grows memory.
-_local: ProcessMemory[str, object] = ProcessMemory("seckill.selectors.local", max_entries=100_000)
+# copy. Bounded: a flood of made-up ids pushes out the oldest, never grows memory. Each
+# name's value is of its codec's type.
+_local: ProcessMemory[str, Any] = ProcessMemory("seckill.selectors.local", max_entries=100_000)
 _flights: ProcessMemory[str, threading.Lock] = ProcessMemory("seckill.selectors.flights", max_entries=100_000)
 
 
@@ -98,17 +100,21 @@ def _json_default(value: object) -> str:
     raise TypeError(f"cannot cache {type(value).__name__}")
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class _Codec:
+class _Codec(Generic[T]):
     """JSON, not pickle: whoever can write to the cache Redis must not run code here."""
 
-    load: Callable[[], object]  # the database read
-    dump: Callable[[object], object]  # value -> JSON-able
-    undump: Callable[[object], object]  # JSON-able -> value
-    ttl_of: Callable[[object], float]  # seconds the Redis copy lives
+    load: Callable[[], T]  # the database read
+    dump: Callable[[T], object]  # value -> JSON-able
+    undump: Callable[[Any], T]  # JSON-able -> value
+    ttl_of: Callable[[T], float]  # seconds the Redis copy lives
 
 
-def _shared_read(client: redis.Redis, keys: _SharedKeys, codec: _Codec) -> tuple[bool, object]:
+def _shared_read(client: redis.Redis, keys: _SharedKeys, codec: _Codec[T]) -> tuple[bool, Any]:
+    """(fresh, the copy in Redis: a T, None when there is none)."""
     raw, gen = client.mget([keys.value, keys.gen])
     if raw is None:
         return False, None
@@ -116,7 +122,7 @@ def _shared_read(client: redis.Redis, keys: _SharedKeys, codec: _Codec) -> tuple
     return built_at == int(gen or 0), codec.undump(value)
 
 
-def _shared_rebuild(client: redis.Redis, keys: _SharedKeys, codec: _Codec) -> object:
+def _shared_rebuild(client: redis.Redis, keys: _SharedKeys, codec: _Codec[T]) -> T:
     """Run the database read and publish its result; the caller holds the lock."""
     gen = int(client.get(keys.gen) or 0)  # read before the database: a change after it makes this copy stale
     value = codec.load()
@@ -125,7 +131,7 @@ def _shared_rebuild(client: redis.Redis, keys: _SharedKeys, codec: _Codec) -> ob
     return value
 
 
-def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: float, shared: bool = True) -> object:
+def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec[T], *, local_ttl: float, shared: bool = True) -> T:
     """The value from this process's memory, else Redis (when ``shared``), else the
     database read under a lock."""
     value = _local.get(name, MISSING)
@@ -160,7 +166,7 @@ def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec, *, local_ttl: fl
     return value
 
 
-def _shared_or_database(name: str, keys: _SharedKeys, codec: _Codec, *, shared: bool) -> object:
+def _shared_or_database(name: str, keys: _SharedKeys, codec: _Codec[T], *, shared: bool) -> T:
     # With the breaker open (Redis failed just now) go to the database at once.
     if not shared or redis_away():
         return codec.load()
@@ -171,7 +177,7 @@ def _shared_or_database(name: str, keys: _SharedKeys, codec: _Codec, *, shared: 
         return codec.load()
 
 
-def _shared_get_or_build(keys: _SharedKeys, codec: _Codec) -> object:
+def _shared_get_or_build(keys: _SharedKeys, codec: _Codec[T]) -> T:
     client = gate_redis()
     deadline = time.monotonic() + settings.SECKILL_CACHE_REBUILD_WAIT
     lock = client.lock(keys.lock, timeout=settings.SECKILL_CACHE_REBUILD_WAIT + 5, blocking=False)
@@ -456,7 +462,8 @@ def shopper_facts(user_id: int) -> ShopperFacts | None:
         return _shopper_facts_load(user_id)
     if raw is not None:
         data = json.loads(raw)
-        return ShopperFacts(data[0], parse_datetime(data[1])) if data else None
+        # The date was written by isoformat() (_json_default): it parses.
+        return ShopperFacts(data[0], cast(datetime, parse_datetime(data[1]))) if data else None
     facts = _shopper_facts_load(user_id)
     raw = json.dumps([facts.member_level, facts.date_joined] if facts else None, default=_json_default)
     try:

@@ -202,11 +202,8 @@ class StockLayout:
                 pipe.get(shard.stock)
                 pipe.get(shard.loaded)
             values = pipe.execute()
-        stocks, loads = values[::2], values[1::2]
-        return (
-            None if None in stocks else sum(int(v) for v in stocks),
-            None if None in loads else sum(int(v) for v in loads),
-        )
+        counts = [None if v is None else int(v) for v in values]
+        return _sum_or_none(counts[::2]), _sum_or_none(counts[1::2])
 
     def warm(self, client: StockRedis, *, picture: RedisSnapshot, remaining: int, loaded: int) -> bool:
         """Write ``remaining`` and ``loaded`` if the stock is still what ``picture`` saw
