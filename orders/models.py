@@ -1,6 +1,8 @@
 from django.conf import settings
 from django.db import models
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
+from payments.models import BasePayment
 
 
 class Order(models.Model):
@@ -57,8 +59,9 @@ class Order(models.Model):
 
 class ReleasedReservation(models.Model):
     """A reservation given back without an order (the database guard said no, the shopper
-    already had one, the replay gave up, staff returned it): its units went back to Redis,
-    so it must never become an order as well. Recorded before the Redis release, under
+    already had one, the replay gave up, staff returned it): its units went back on sale in
+    Redis (or, when the guard found none, left Redis's count), so it must never become an
+    order as well. Recorded before the Redis release, under
     the stock row's lock, so a late or concurrent consumer of the same reservation finds
     it (``orders.services.reservation_give_up``)."""
 
@@ -154,14 +157,28 @@ class ReconciliationReport(models.Model):
         return f"reconciliation of activity {self.activity_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"
 
 
-class Payment(models.Model):
-    """A payment confirmed by the gateway's signed callback: at most one per order and one
-    per gateway reference, so a replayed callback records nothing new."""
+class Payment(BasePayment):
+    """One attempt to pay an order through a provider (django-payments' model: ``variant``
+    is the provider, ``token`` the reference, ``status`` waiting / confirmed / rejected /
+    refunded). Only a verified notification confirms it; ``settled_at`` is set when the
+    shop has acted on the confirmation (paid the order, or refunded a late or second
+    payment), so a notification delivered again acts once."""
 
-    order = models.OneToOneField(Order, on_delete=models.PROTECT, related_name="payment")
-    gateway_ref = models.CharField(max_length=64, unique=True)
-    amount = models.DecimalField(max_digits=12, decimal_places=2)
-    created_at = models.DateTimeField(auto_now_add=True)
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="payments")
+    settled_at = models.DateTimeField(null=True, blank=True)
+    # Why a confirmed payment was given back: "late" (order cancelled or past its
+    # deadline) or "duplicate" (the order was already paid).
+    refund_reason = models.CharField(max_length=20, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["order", "status"])]
+        constraints = [models.UniqueConstraint(fields=["token"], name="payment_token_unique")]
 
     def __str__(self) -> str:
-        return f"{self.gateway_ref} for {self.order_id}"
+        return f"{self.variant} {self.token} for {self.order_id}"
+
+    def get_failure_url(self) -> str:
+        return reverse("my-orders")
+
+    def get_success_url(self) -> str:
+        return f"{reverse('my-orders')}?paid={self.order.order_no}"

@@ -153,6 +153,9 @@ _REFUSAL_REASONS: dict[str, str] = {
     AnomalyOrder.Kind.DB_GUARD_FAILED: "no_stock",
     AnomalyOrder.Kind.DUPLICATE_RESERVATION: "duplicate",
 }
+# The database guard found no units for it: they do not exist, so they never go back on
+# sale in Redis (they leave Redis's ``loaded``). Every other give-up's units exist.
+_NO_SUCH_UNITS = "no_stock"
 
 
 def reservation_give_up(*, activity_id: int, entry: LogEntry, reason: str) -> bool:
@@ -187,8 +190,9 @@ def reservation_give_up(*, activity_id: int, entry: LogEntry, reason: str) -> bo
 
 def _reservation_units_back(*, activity_id: int, entry: LogEntry, reason: str) -> bool:
     """The Redis half of a give-up (once: the release acts only while the entry is in the
-    log). A shopper who holds a live order stays a participant, recorded under that
-    order's reservation (so cancelling it frees them); anyone else may try again."""
+    log): its units go back on sale, unless the database has none for it. A shopper who
+    holds a live order stays a participant, recorded under that order's reservation (so
+    cancelling it frees them); anyone else may try again."""
     live_shard, live = (
         Order.objects.filter(activity_id=activity_id, user_id=entry.user_id, status__in=Order.LIVE_STATUSES)
         .values_list("shard", "reservation_id")
@@ -201,31 +205,32 @@ def _reservation_units_back(*, activity_id: int, entry: LogEntry, reason: str) -
         reason=reason,
         live_reservation_id=live,
         live_shard=live_shard,
+        units_back=reason != _NO_SUCH_UNITS,
     )
 
 
-def _reservations_given_up(*, activity_id: int, entries) -> set[tuple[int, str]]:
-    """(shard, reservation id) of those of ``entries`` (log entries or orders) given up."""
+def _reservations_given_up(*, activity_id: int, entries) -> dict[tuple[int, str], str]:
+    """(shard, reservation id) → reason, of those of ``entries`` (log entries or orders) given up."""
     keys = {(e.shard, e.reservation_id) for e in entries}
     if not keys:
-        return set()
+        return {}
     # Every batch asks (after its stock lock): one array parameter and no ORM compilation,
     # rather than an IN list of a hundred placeholders.
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT shard, reservation_id FROM {ReleasedReservation._meta.db_table}"
+            f"SELECT shard, reservation_id, reason FROM {ReleasedReservation._meta.db_table}"
             " WHERE activity_id = %s AND reservation_id = ANY(%s::varchar[])",
             [activity_id, [rid for _, rid in keys]],
         )
-        return keys & set(cursor.fetchall())
+        return {(shard, rid): reason for shard, rid, reason in cursor.fetchall() if (shard, rid) in keys}
 
 
 class _GivenUpMeanwhile(Exception):
     """Some reservations of the batch were given up while it was being inserted."""
 
-    def __init__(self, keys: set[tuple[int, str]]):
+    def __init__(self, keys: dict[tuple[int, str], str]):
         super().__init__(f"{len(keys)} reservation(s) given up meanwhile")
-        self.keys = keys
+        self.keys = keys  # → the reason recorded
 
 
 def _reservation_refuse(*, activity_id: int, entry: LogEntry, kind: str) -> bool:
@@ -238,7 +243,13 @@ def _reservation_refuse(*, activity_id: int, entry: LogEntry, kind: str) -> bool
         kind=kind,
         activity_id=activity_id,
         entry=entry,
-        details={"quantity": entry.quantity, "shard": entry.shard, "action": "Redis reservation returned"},
+        details={
+            "quantity": entry.quantity,
+            "shard": entry.shard,
+            "action": "reservation released; its units left Redis"
+            if _REFUSAL_REASONS[kind] == _NO_SUCH_UNITS
+            else "Redis reservation returned",
+        },
     )
     return True
 
@@ -269,7 +280,8 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
         # Rare (a late or duplicate task): the batch again without them.
         for entry in entries:
             if (entry.shard, entry.reservation_id) in exc.keys:
-                _reservation_units_back(activity_id=activity_id, entry=entry, reason="given_up")
+                reason = exc.keys[(entry.shard, entry.reservation_id)]
+                _reservation_units_back(activity_id=activity_id, entry=entry, reason=reason)
                 outcome.released.append(entry.reservation_id)
         rest = [e for e in entries if (e.shard, e.reservation_id) not in exc.keys]
         outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=rest))
@@ -310,7 +322,7 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
                 outcome.already_done.append(entry.reservation_id)
                 done.add(key)
             elif key in given_up:  # given up before; its Redis release may not have finished
-                _reservation_units_back(activity_id=activity_id, entry=entry, reason="given_up")
+                _reservation_units_back(activity_id=activity_id, entry=entry, reason=given_up[key])
                 outcome.released.append(entry.reservation_id)
             elif _reservation_refuse(
                 # The shopper already holds a live order: Redis let a second reservation

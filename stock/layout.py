@@ -120,8 +120,11 @@ class StockLayout:
         reason: str,
         live_reservation_id: str = "",
         live_shard: int = 0,
+        units_back: bool = True,
     ) -> bool:
-        """A reservation's units back into its shard, once (idempotent by the log entry).
+        """A reservation leaves the log, once (idempotent by the log entry), and its units
+        go back on sale in its shard — or, with ``units_back`` false (the database has no
+        such units), out of the shard's ``loaded``, never to be sold again.
 
         ``free_participant``: the shopper may buy again (``reason`` is what their result
         says); otherwise, with ``live_reservation_id`` (of ``live_shard``), their record
@@ -136,11 +139,16 @@ class StockLayout:
                 free_participant=free_participant,
                 reason=reason,
                 live_reservation_id=live_reservation_id,
+                units_back=units_back,
             )
         else:
             # Two slots, two steps: the shard first (idempotent by the log entry), then the claim.
             released = run_shard_release(
-                client, self.keys.shard(entry.shard), reservation_id=entry.reservation_id, quantity=entry.quantity
+                client,
+                self.keys.shard(entry.shard),
+                reservation_id=entry.reservation_id,
+                quantity=entry.quantity,
+                units_back=units_back,
             )
             if released:
                 if free_participant:

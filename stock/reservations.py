@@ -76,8 +76,10 @@ def reservation_release(
     reason: str,
     live_reservation_id: str = "",
     live_shard: int = 0,
+    units_back: bool = True,
 ) -> bool:
-    """Return a reservation's units to Redis; True if this call released it.
+    """Release a reservation in Redis; True if this call released it. Its units go back
+    on sale, or (``units_back`` false: the database has no such units) leave ``loaded``.
 
     ``live_reservation_id`` (of shard ``live_shard``): when the shopper keeps a live
     order, the participant record points at that order's reservation again (so
@@ -90,6 +92,7 @@ def reservation_release(
         reason=reason,
         live_reservation_id=live_reservation_id,
         live_shard=live_shard,
+        units_back=units_back,
     )
 
 

@@ -111,10 +111,14 @@ def run_claim_settle(
     return bool(changed)
 
 
-def run_shard_release(client: StockRedis, shard_keys: ActivityKeys, *, reservation_id: str, quantity: int) -> bool:
+def run_shard_release(
+    client: StockRedis, shard_keys: ActivityKeys, *, reservation_id: str, quantity: int, units_back: bool = True
+) -> bool:
     with script_timer("shard_release"):
         released = SHARD_RELEASE(
-            keys=[shard_keys.stock, shard_keys.log], args=[reservation_id, quantity], client=client
+            keys=[shard_keys.stock, shard_keys.log, shard_keys.loaded],
+            args=[reservation_id, quantity, "1" if units_back else "0"],
+            client=client,
         )
     return bool(released)
 
@@ -154,11 +158,20 @@ def run_release(
     free_participant: bool,
     reason: str,
     live_reservation_id: str = "",
+    units_back: bool = True,
 ) -> bool:
     with script_timer("release"):
         released = RELEASE(
-            keys=[keys.stock, keys.users, keys.log, keys.failed],
-            args=[reservation_id, user_id, quantity, "1" if free_participant else "0", reason, live_reservation_id],
+            keys=[keys.stock, keys.users, keys.log, keys.failed, keys.loaded],
+            args=[
+                reservation_id,
+                user_id,
+                quantity,
+                "1" if free_participant else "0",
+                reason,
+                live_reservation_id,
+                "1" if units_back else "0",
+            ],
             client=client,
         )
     return bool(released)

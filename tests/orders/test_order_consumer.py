@@ -255,7 +255,7 @@ def test_drain_task_delivered_twice_to_two_real_workers_at_once(process_logs):
 # --- the database guard and the constraint say no -------------------------------------------
 
 
-def test_db_guard_failure_returns_the_redis_units_and_opens_an_anomaly():
+def test_db_guard_failure_frees_the_shopper_keeps_the_units_off_sale_and_opens_an_anomaly():
     activity = make_activity(stock=3)
     users = make_users(3)
     # Redis believes in 3 units, the database has 1: they disagree.
@@ -267,14 +267,18 @@ def test_db_guard_failure_returns_the_redis_units_and_opens_an_anomaly():
 
     assert order_count(activity) == 1
     assert SeckillStock.objects.get(activity=activity).available == 0
-    assert redis_remaining(activity.pk) == 2  # the two refused reservations came back
+    # The database has no units for the two refused reservations: they are not sold again,
+    # they leave what Redis counts as loaded (so its identity still holds).
+    assert redis_remaining(activity.pk) == 0
+    assert int(stock_redis().get(ActivityKeys(activity.pk).loaded)) == 1
     assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
     anomalies = AnomalyOrder.objects.filter(activity=activity, kind=AnomalyOrder.Kind.DB_GUARD_FAILED)
     refused = [e for e in entries if not Order.objects.filter(reservation_id=e.reservation_id).exists()]
     assert sorted(anomalies.values_list("reservation_id", flat=True)) == sorted(e.reservation_id for e in refused)
     # A redelivery does not open the anomaly twice or return the units twice.
     order_create_task.apply(args=task_args(activity, refused[0]), throw=True)
-    assert anomalies.count() == 2 and redis_remaining(activity.pk) == 2
+    assert anomalies.count() == 2 and redis_remaining(activity.pk) == 0
+    assert int(stock_redis().get(ActivityKeys(activity.pk).loaded)) == 1
 
     # The refused shopper learns it and is free to try again.
     loser = get_user_model().objects.get(pk=refused[0].user_id)
@@ -285,7 +289,7 @@ def test_db_guard_failure_returns_the_redis_units_and_opens_an_anomaly():
     client.credentials(HTTP_AUTHORIZATION=f"Token {token_of(loser)}")
     token = activity_token_ensure(activity_id=activity.pk)
     response = client.post(f"/api/activities/{activity.pk}/purchase", {"token": token}, format="json")
-    assert response.status_code == 202, response.content
+    assert response.json()["code"] == "sold_out", response.content  # free to try, nothing left to buy
 
 
 def test_duplicate_reservation_of_a_shopper_with_a_live_order_is_released():
@@ -327,7 +331,8 @@ def test_duplicate_reservation_of_a_shopper_with_a_live_order_is_released():
 def test_a_batch_the_database_cannot_fully_honour_writes_nothing_then_goes_one_by_one():
     """One batch with a reservation ordered before, mixed quantities, and two units fewer
     in the database than Redis sold: the batch's statements write nothing, then each
-    reservation alone gets its order and its ledger row, or its units back in Redis."""
+    reservation alone gets its order and its ledger row, or is refused (its units, which the
+    database does not have, leave Redis's count)."""
     activity = make_activity(stock=10, per_user_limit=3, seckill_price=Decimal("2.50"), pay_timeout=600)
     users = make_users(5)
     entries = [reserve(activity, u, quantity=q) for u, q in zip(users, [1, 3, 2, 1, 3], strict=True)]
@@ -355,7 +360,8 @@ def test_a_batch_the_database_cannot_fully_honour_writes_nothing_then_goes_one_b
     stock = SeckillStock.objects.get(activity=activity)
     # The failed batch moved nothing; the three orders made one by one moved 6 units.
     assert (stock.available, stock.version) == (1, version + 3)
-    assert redis_remaining(activity.pk) == 3  # the refused reservation's units came back
+    assert redis_remaining(activity.pk) == 0  # the refused reservation's 3 units are not on sale again
+    assert int(stock_redis().get(ActivityKeys(activity.pk).loaded)) == 10 - 3
     assert stock_redis().xlen(ActivityKeys(activity.pk).log) == 0
     anomaly = AnomalyOrder.objects.get(activity=activity)
     assert (anomaly.kind, anomaly.reservation_id) == (AnomalyOrder.Kind.DB_GUARD_FAILED, ids[4])
