@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import ApiError
+from core.throttles import throttle_api
 
 from .models import Order
 from .selectors import order_of_shopper
@@ -50,6 +51,7 @@ class OrderPayApi(APIView):
     """Pays directly (the API's stand-in for a gateway); idempotent for a paid order."""
 
     @extend_schema(request=None, responses={200: None, 404: None, 409: None})
+    @throttle_api("order-pay")
     def post(self, request, order_no: str):
         order = own_order_or_404(request, order_no)
         try:
@@ -61,6 +63,7 @@ class OrderPayApi(APIView):
 
 class OrderCancelApi(APIView):
     @extend_schema(request=None, responses={200: None, 404: None, 409: None})
+    @throttle_api("order-cancel")
     def post(self, request, order_no: str):
         order = own_order_or_404(request, order_no)
         try:

@@ -14,6 +14,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from core.throttles import throttle_page
+
 from .models import Order
 from .payments import PaymentError, callback_build, checkout_start, checkout_verify, payment_capture
 from .selectors import order_of_shopper
@@ -36,6 +38,7 @@ def _own_order(request, order_no: str) -> Order:
 
 @require_POST
 @login_required
+@throttle_page("order-pay")
 def order_pay_start(request, order_no: str):
     """Send the shopper to the gateway with a signed checkout request."""
     order = _own_order(request, order_no)
@@ -49,6 +52,7 @@ def order_pay_start(request, order_no: str):
 
 @require_POST
 @login_required
+@throttle_page("order-cancel")
 def order_cancel_view(request, order_no: str):
     order = _own_order(request, order_no)
     try:

@@ -26,6 +26,7 @@ from .middleware import mark_shared
 from .models import Activity
 from .pages import activity_page_render
 from .selectors import activity_snapshot, redis_remaining_many
+from .throttles import signup_throttle
 
 NO_STORE = "no-store, max-age=0"
 
@@ -121,6 +122,7 @@ def product_detail(request, product_id: int):
     )
 
 
+@signup_throttle
 def signup(request):
     form: UserCreationForm = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():

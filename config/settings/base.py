@@ -50,6 +50,8 @@ MIDDLEWARE = [
     "seckill.metrics.PurchaseOutcomeMiddleware",
     # A view's or a template's database error while the database is away becomes a 503.
     "seckill.middleware.DatabaseAwayMiddleware",
+    # The login and password-reset throttles (docs/GATES.md); their 429 page.
+    "seckill.throttles.AccountThrottleMiddleware",
     # Last, as django-axes asks: turns a lockout into its 429 answer.
     "axes.middleware.AxesMiddleware",
 ]
@@ -140,6 +142,24 @@ AXES_COOLOFF_TIME = timedelta(minutes=env.int("DJANGO_LOGIN_COOLOFF_MINUTES", de
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "seckill.gates.client_ip"  # the same trusted-proxy rule as the rate limits
+# Throttles (django-ratelimit, fixed windows in the cache Redis; docs/GATES.md): rates such
+# as "10/m" or "5/15m"; "off" disables one. The cache away: requests go on.
+RATELIMIT_ENABLE = env.bool("DJANGO_THROTTLES_ENABLED", default=True)
+RATELIMIT_USE_CACHE = "default"
+RATELIMIT_FAIL_OPEN = True
+RATELIMIT_RATES = {
+    # Every login attempt from one client address, and failed ones for one username.
+    "login-address": env("DJANGO_LOGIN_RATE_PER_ADDRESS", default="30/5m"),
+    "login-username": env("DJANGO_LOGIN_FAILURES_PER_USERNAME", default="10/15m"),
+    # Failures of one (username, address): past the username's limit, one is enough to refuse.
+    "login-pair": "1/15m",
+    "signup-address": env("DJANGO_SIGNUP_RATE_PER_ADDRESS", default="10/h"),
+    "password-reset-address": env("DJANGO_PASSWORD_RESET_RATE_PER_ADDRESS", default="10/h"),
+    "password-reset-email": env("DJANGO_PASSWORD_RESET_RATE_PER_EMAIL", default="3/h"),
+    # A shopper's pay and cancel calls (API and pages).
+    "order-pay": env("SECKILL_PAY_RATE_PER_USER", default="20/m"),
+    "order-cancel": env("SECKILL_CANCEL_RATE_PER_USER", default="20/m"),
+}
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"

@@ -10,6 +10,8 @@ SECRET_KEY = env("DJANGO_SECRET_KEY", default="test-only-not-secret")
 DEBUG = False
 # Login throttling is on only in the tests about it (their client.login() has no request).
 AXES_ENABLED = False
+# The account and order throttles too (tests/gates/test_throttles.py turns them on).
+RATELIMIT_ENABLE = env.bool("DJANGO_THROTTLES_ENABLED", default=False)
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 WHITENOISE_USE_FINDERS = True  # no collectstatic needed to serve static files in tests
 STORAGES = {
