@@ -32,6 +32,7 @@ from .scripts import (
     PurchaseReply,
     RedisSnapshot,
     run_claim_settle,
+    run_freeze,
     run_purchase,
     run_purchase_sharded,
     run_release,
@@ -215,15 +216,32 @@ class StockLayout:
 
     def warm(self, client: StockRedis, *, picture: RedisSnapshot, remaining: int, loaded: int) -> bool:
         """Write ``remaining`` and ``loaded`` if the stock is still what ``picture`` saw
-        (a compare-and-set per shard); True if every shard was written. With S > 1 each
-        shard gets an even share of both (their sums are the activity's)."""
+        (a compare-and-set); True if written.
+
+        With S > 1 each shard gets an even share of both (their sums are the activity's),
+        in two steps: every shard is frozen first (its stock key removed if it still holds
+        what the picture saw), then every share is written (expecting no key). A round that
+        loses a race stops with shards frozen — they answer "not warmed" (503 busy) until a
+        later round writes them — and never leaves old figures beside new ones, which
+        could count more units than exist."""
         log_lengths = [sum(1 for e in picture.log if e.shard == i) for i in range(self.shards)]
-        expected = picture.shard_stocks if self.sharded else (picture.stock,)
-        shares = zip(warmup_shares(remaining, self.shards), warmup_shares(loaded, self.shards), expected, strict=True)
+        if not self.sharded:
+            return run_warmup(
+                client, self.keys, remaining=remaining, loaded=loaded, expected=picture.stock, log_length=log_lengths[0]
+            )
+        frozen = all(
+            [  # a list, not a generator: every shard is frozen in the same round
+                run_freeze(client, shard_keys, expected=expected, log_length=log_lengths[i])
+                for i, (shard_keys, expected) in enumerate(zip(self.shard_keys, picture.shard_stocks, strict=True))
+            ]
+        )
+        if not frozen:
+            return False
+        shares = zip(warmup_shares(remaining, self.shards), warmup_shares(loaded, self.shards), strict=True)
         return all(
-            [  # a list, not a generator: every shard is written in the same round
-                run_warmup(client, shard_keys, remaining=r, loaded=n, expected=e, log_length=log_lengths[i])
-                for i, (shard_keys, (r, n, e)) in enumerate(zip(self.shard_keys, shares, strict=True))
+            [
+                run_warmup(client, shard_keys, remaining=r, loaded=n, expected=None, log_length=log_lengths[i])
+                for i, (shard_keys, (r, n)) in enumerate(zip(self.shard_keys, shares, strict=True))
             ]
         )
 

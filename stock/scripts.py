@@ -25,6 +25,7 @@ def _load(name: str) -> Script:
 PURCHASE = _load("purchase")
 RELEASE = _load("release")
 WARMUP = _load("warmup")
+FREEZE = _load("freeze")
 SNAPSHOT = _load("snapshot")
 RETURN = _load("return")
 CLAIM = _load("claim")
@@ -37,6 +38,7 @@ SHARD_RETURN = _load("shard_return")
 SHARD_TRIES = 3
 ADMISSION = _load("admission")
 SHOPPER_GATE = _load("shopper_gate")
+TOKEN_FILTER_ADD = _load("token_filter_add")
 
 
 class ScriptCode:
@@ -203,6 +205,16 @@ def run_warmup(
     return bool(written)
 
 
+def run_freeze(client: StockRedis, keys: ActivityKeys, *, expected: int | None, log_length: int) -> bool:
+    """Remove a shard's stock key if it still is ``expected`` (a sharded re-warm's first
+    step); True if frozen."""
+    with script_timer("freeze"):
+        frozen = FREEZE(
+            keys=[keys.stock, keys.log], args=["" if expected is None else str(expected), log_length], client=client
+        )
+    return bool(frozen)
+
+
 def run_admission(client: StockRedis, keys: ActivityKeys, *, rate: int, burst: int) -> tuple[bool, int]:
     """Take one token from the activity's admission bucket: (admitted, ms until one is there)."""
     admitted, wait_ms = ADMISSION(keys=[keys.admission], args=[rate, burst], client=client)
@@ -221,33 +233,76 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class GateReply:
-    shopper: str | None  # the token's cache entry ("user_id:username"), or the id given; None: not cached
-    over: int  # 0, or which limit is over: 1 per user, 2 per address
+    shopper: str | None  # the token's cache entry ("user_id:username:mac"), or the id given; None: not cached
+    over: int  # 0, or which limit is over (1 per user, 2 per address, 4 failed authentications); 3: no such token
     ms_left: int  # until that limit's window ends
 
 
-GATE_OVER_USER, GATE_OVER_ADDRESS = 1, 2
+GATE_OVER_USER, GATE_OVER_ADDRESS, GATE_UNKNOWN_TOKEN, GATE_OVER_FAILURES = 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class TokenFilter:
+    """A Bloom filter in the cache Redis: ``bits`` (a string of bits) and ``params`` (a
+    hash: bits, hashes)."""
+
+    bits: str
+    params: str
+
+
+@dataclass(frozen=True)
+class TokenLookup:
+    """What the gate script needs to look a token up when the cache holds no entry for it:
+    the token's entry, its refused-token entry, the filter and the token's two hashes in
+    it, and the failed-authentication counter of the client's address."""
+
+    entry: str
+    refused: str
+    filter: TokenFilter
+    hashes: tuple[int, int]
+    refused_ms: int
+    failures: RateLimit | None
 
 
 def run_shopper_gate(
     client: StockRedis,
     *,
-    token_entry: str,
+    lookup: TokenLookup | None,
     user_id: int | None,
     count: bool,
     per_user: RateLimit | None,
     per_address: RateLimit | None,
+    refused: bool = False,
 ) -> GateReply:
-    """The token lookup (when ``user_id`` is None) and the rate limits (when ``count``)
-    in one call to the cache Redis; see lua/shopper_gate.lua."""
-    args = ["" if user_id is None else user_id, "1" if count else "0"]
+    """The token lookup (``lookup``, when ``user_id`` is None) and the rate limits (when
+    ``count``) in one call to the cache Redis; ``refused``: the database refused the token
+    (remembered, and counted against the address). See lua/shopper_gate.lua."""
+    mode = "refused" if refused else "1" if count else "0"
+    args = ["" if user_id is None else user_id, mode]
     args += [per_user.name, per_user.count, per_user.seconds] if per_user else ["", 0, 1]
     args += [per_address.name, per_address.count, per_address.seconds] if per_address else ["", 0, 1]
+    if lookup is None:
+        keys = ["-"] * 4  # not read when the id is given
+        args += ["", 0, 1, 0, 1, 0]
+    else:
+        keys = [lookup.entry, lookup.refused, lookup.filter.bits, lookup.filter.params]
+        failures = lookup.failures
+        args += [failures.name, failures.count, failures.seconds] if failures else ["", 0, 1]
+        args += [*lookup.hashes, lookup.refused_ms]
     with script_timer("shopper_gate"):
-        shopper, over, ms_left = SHOPPER_GATE(keys=[token_entry], args=args, client=client)
+        shopper, over, ms_left = SHOPPER_GATE(keys=keys, args=args, client=client)
     if isinstance(shopper, bytes):
         shopper = shopper.decode()
     return GateReply(None if shopper is None else str(shopper), int(over), int(ms_left))
+
+
+def run_token_filter_add(client: StockRedis, filters: list[TokenFilter], hashes: list[tuple[int, int]]) -> int:
+    """Set the bits of tokens' hashes in each of ``filters`` that exists; returns how many."""
+    if not hashes:
+        return 0
+    keys = [name for f in filters for name in (f.bits, f.params)]
+    with script_timer("token_filter_add"):
+        return int(TOKEN_FILTER_ADD(keys=keys, args=[h for pair in hashes for h in pair], client=client))
 
 
 @dataclass(frozen=True)
