@@ -7,29 +7,21 @@ cancelled or timed-out order) is on sale again in every process within that time
 message to deliver or lose.
 """
 
-import time
-
 from django.conf import settings
 
 from core.memory import ProcessMemory
 
-# Activity id -> True while Redis's "sold out" is believed. An expired entry stays until
-# renewed or forgotten: it tells a request that the memory ran out (see sold_out_known).
+# Activity id -> True while Redis's "sold out" is believed.
 _memory: ProcessMemory[int, bool] = ProcessMemory("seckill.soldout", max_entries=10_000)
 
 
 def sold_out_known(activity_id: int) -> bool:
-    """True while the memory lasts. When it runs out, one request goes to Redis to ask
-    again and the others go on answering from memory meanwhile, so a process with many
-    threads does not send them all at once."""
-    until = _memory.expires_at(activity_id)
-    if until is None:
-        return False
-    if until > time.monotonic():
-        return True
-    if not _memory.add(activity_id, True, settings.SECKILL_SOLD_OUT_TTL):
-        return True  # another thread is asking
-    return False  # this request asks Redis; its answer renews or clears the memory
+    """True while the memory lasts, and only then. Once it runs out, every request goes
+    to Redis until one brings back "none left" again: answering the others from the
+    expired memory meanwhile would refuse units that came back. What goes to Redis then
+    is the purchases in flight in this process at that moment, once per
+    SECKILL_SOLD_OUT_TTL."""
+    return bool(_memory.get(activity_id, False))
 
 
 def sold_out_remember(activity_id: int) -> None:
