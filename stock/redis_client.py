@@ -9,6 +9,8 @@ from typing import TypeAlias
 
 import redis
 from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from core.memory import register_reset
 
@@ -25,8 +27,20 @@ def stock_redis() -> StockRedis:
     if settings.SECKILL_REDIS_CLUSTER:
         # Redis Cluster: the URL names any node; the client learns the slot map from it.
         # Every key one script touches shares a hash tag, so each call has one slot.
-        return redis.RedisCluster.from_url(settings.SECKILL_REDIS_URL, **options)
-    return redis.Redis.from_url(settings.SECKILL_REDIS_URL, **options)
+        # Its own retry (default: 10 more tries) would send a script again after a lost
+        # reply; its node connections never retry (redis-py sets that itself).
+        return redis.RedisCluster.from_url(settings.SECKILL_REDIS_URL, retry=no_retries(), **options)
+    return redis.Redis.from_url(settings.SECKILL_REDIS_URL, retry=no_retries(), **options)
+
+
+def no_retries() -> Retry:
+    """The retry policy of every Redis client of the project: none. A command whose
+    reply is lost (connection dropped, timeout) may have run, and most of what the
+    engine sends writes (the stock scripts are not idempotent): sending it again could
+    sell a unit twice. The error goes to the caller, which knows what an unknown outcome
+    means (the purchase answers busy); a client that lost its connection reconnects on
+    the next command."""
+    return Retry(NoBackoff(), 0)
 
 
 @register_reset

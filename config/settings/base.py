@@ -5,6 +5,8 @@ from pathlib import Path
 
 import environ
 from csp.constants import NONE, SELF, UNSAFE_INLINE
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -115,6 +117,9 @@ CACHES = {
             "SOCKET_TIMEOUT": 1,
             # A cache that is down is a miss, not a 500: purchases go on (Redis-down mode).
             "IGNORE_EXCEPTIONS": True,
+            # No automatic retries, as for the stock engine (stock.redis_client.no_retries):
+            # a write whose reply was lost may have run, and a miss costs less than a wait.
+            "CONNECTION_POOL_KWARGS": {"retry": Retry(NoBackoff(), 0)},
         },
     }
 }
