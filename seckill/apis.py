@@ -4,9 +4,11 @@ import functools
 
 from django.http import JsonResponse
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from core.errors import ApiError, api_error_of
@@ -16,6 +18,7 @@ from orders.serializers import OrderSerializer
 from .activities import activity_flag
 from .captcha import captcha_issue
 from .gates import Admitted, activity_limits, known_shopper, purchase_admit, token_purchase_admit, traffic_limits_check
+from .listing import PageNotFound, activities_page, page_number_parse
 from .models import Activity
 from .purchase import purchase_reserve
 from .selectors import ActivitySnapshot, activity_snapshot, purchase_result, redis_remaining_many
@@ -65,11 +68,44 @@ class ActivityListApi(APIView):
     permission_classes = [AllowAny]
     authentication_classes = []
 
-    @extend_schema(responses=ActivitySerializer(many=True))
+    """Upcoming and live sales first, newest first, then the ended ones (seckill.listing),
+    in DRF's page style; ``?page=N``."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("page", int, description="page number, from 1")],
+        responses={
+            200: inline_serializer(
+                "ActivityPage",
+                fields={
+                    "count": serializers.IntegerField(),
+                    "next": serializers.URLField(allow_null=True),
+                    "previous": serializers.URLField(allow_null=True),
+                    "results": ActivitySerializer(many=True),
+                },
+            ),
+            404: _ERR,
+        },
+    )
     def get(self, request):
-        activities = list(Activity.objects.select_related("product").order_by("start_at")[:200])
-        remaining = redis_remaining_many([a.pk for a in activities])
-        return Response(ActivitySerializer(activities, many=True, context={"remaining": remaining}).data)
+        try:
+            page = activities_page(number=page_number_parse(request.query_params.get("page")))
+        except PageNotFound as exc:
+            raise ApiError(404, "not_found", "No such page.") from exc
+        url = request.build_absolute_uri()
+        previous = None
+        if page.has_previous:  # as DRF's PageNumberPagination: page 1 has no page parameter
+            previous = remove_query_param(url, "page")
+            if page.number > 2:
+                previous = replace_query_param(url, "page", page.number - 1)
+        results = ActivitySerializer(page.activities, many=True, context={"remaining": page.remaining}).data
+        return Response(
+            {
+                "count": page.count,
+                "next": replace_query_param(url, "page", page.number + 1) if page.has_next else None,
+                "previous": previous,
+                "results": results,
+            }
+        )
 
 
 class ActivityDetailApi(APIView):

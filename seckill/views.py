@@ -8,34 +8,41 @@ from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.forms import UserCreationForm
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
 from django.utils.http import http_date, url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
 
-from core.errors import DATABASE_AWAY, api_error_of
 from inventory.models import Product
 
 from .activities import activity_flag
-from .apis import error_json
+from .listing import PageNotFound, activities_page, page_number_parse
 from .middleware import mark_shared
 from .models import Activity
 from .pages import activity_page_render
-from .selectors import activity_snapshot, redis_remaining_many
+from .selectors import activity_snapshot
+from .serializers import ErrorSerializer
 from .throttles import signup_throttle
 
 NO_STORE = "no-store, max-age=0"
 
 
 def activity_list(request):
-    activities = list(Activity.objects.select_related("product").order_by("start_at")[:100])
-    remaining = redis_remaining_many([a.pk for a in activities])
-    rows = [(a, remaining.get(a.pk), a.phase, Activity.Phase(a.phase).label) for a in activities]
-    return render(request, "seckill/activity_list.html", {"rows": rows, "now": timezone.now()})
+    """Upcoming and live sales first, newest first, then the ended ones; ``?page=N``."""
+    try:
+        page = activities_page(number=page_number_parse(request.GET.get("page")))
+    except PageNotFound as exc:
+        raise Http404("No such page.") from exc
+    rows = [(a, page.remaining.get(a.pk), a.phase, Activity.Phase(a.phase).label) for a in page.activities]
+    return render(request, "seckill/activity_list.html", {"rows": rows, "page": page, "now": timezone.now()})
 
 
 def shared_page(view):
@@ -87,21 +94,33 @@ def flag_js(request, activity_id: int):
     return response
 
 
-@require_GET
-@never_cache
+@extend_schema(
+    summary="Who is logged in, and a CSRF token for the page's calls",
+    responses={
+        200: inline_serializer(
+            "Me",
+            {
+                "authenticated": serializers.BooleanField(),
+                "username": serializers.CharField(allow_null=True),
+                "csrf_token": serializers.CharField(),
+            },
+        ),
+        401: OpenApiResponse(ErrorSerializer, description="an Authorization header that names no shopper"),
+        503: OpenApiResponse(ErrorSerializer, description="the database is away"),
+    },
+)
+@api_view(["GET"])
+@permission_classes([AllowAny])
 def me(request):
     """What the cached page cannot carry: who is logged in, and a CSRF token (the
-    cookie is set too) for the purchase, pay and cancel calls."""
+    cookie is set too) for the purchase, pay and cancel calls. DRF authenticates, as for
+    every API call: a session, or an API token (a token that is none is a 401)."""
     user = request.user
-    try:
-        user.is_authenticated  # noqa: B018 - loads the session's user: the database may be away
-    except DATABASE_AWAY as exc:
-        return error_json(api_error_of(exc))
-    response = JsonResponse(
+    response = Response(
         {
             "authenticated": user.is_authenticated,
             "username": user.get_username() if user.is_authenticated else None,
-            "csrf_token": get_token(request),
+            "csrf_token": get_token(request._request),
         }
     )
     response["Cache-Control"] = NO_STORE

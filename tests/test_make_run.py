@@ -194,7 +194,7 @@ def test_make_run_serves_sells_and_stops_cleanly(stack_state_dir, tmp_path):
                 "SELECT t.key FROM authtoken_token t JOIN auth_user u ON u.id = t.user_id WHERE u.username = 'alice'"
             ).fetchone()
         status, activities = http("GET", f"{base}/api/activities/")
-        live = next(a for a in activities if a["status"] == "live")
+        live = next(a for a in activities["results"] if a["status"] == "live")
         status, flag = http("GET", f"{base}/api/activities/{live['id']}/flag")
         assert status == 200 and flag["token"]
         status, body = http(

@@ -266,6 +266,8 @@ SECKILL_REPLAY_INTERVAL = env.float("SECKILL_REPLAY_INTERVAL", default=10.0)
 SECKILL_AUTOWARM_INTERVAL = env.float("SECKILL_AUTOWARM_INTERVAL", default=15.0)
 # Lifetime of a web process's copy of an activity (seconds).
 SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0)
+# Lifetime of a web process's copy of a page of the sale lists (seconds; seckill.listing).
+SECKILL_LIST_CACHE_TTL = env.float("SECKILL_LIST_CACHE_TTL", default=1.0)
 # Lifetime of the drain flag (ms): a purchase that finds no flag sets it and publishes one
 # drain task; the task keeps it set while it drains and clears it when the log is empty.
 # Bounds the wait of a reservation whose task was lost (broker down, worker killed) before

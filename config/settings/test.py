@@ -28,6 +28,7 @@ DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Tests want quick replays; each test that needs one sets its own grace.
 SECKILL_REPLAY_GRACE = 2
 SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=0.0)
+SECKILL_LIST_CACHE_TTL = env.float("SECKILL_LIST_CACHE_TTL", default=0.0)
 # Gates that remember or limit are off unless a test (or the process it starts) asks.
 SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=0.0)
 SECKILL_RATE_PER_USER = env("SECKILL_RATE_PER_USER", default="off")

@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Sum
@@ -145,7 +146,7 @@ def test_redis_away_every_endpoint_and_page_answers_without_a_500(production_cac
     anonymous = APIClient(raise_request_exception=False)
     listed = anonymous.get("/api/activities/")
     assert listed.status_code == 200
-    assert {a["id"]: a["remaining"] for a in listed.json()} == {a.pk: None for a in [*sale, history]}
+    assert {a["id"]: a["remaining"] for a in listed.json()["results"]} == {a.pk: None for a in [*sale, history]}
     detail = anonymous.get(f"/api/activities/{plain.pk}/")
     assert detail.status_code == 200 and detail.json()["remaining"] is None
     assert answer(anonymous.get("/api/activities/999999/")) == (404, "not_found")
@@ -163,10 +164,13 @@ def test_redis_away_every_endpoint_and_page_answers_without_a_500(production_cac
     assert cancel.json() == {"status": "cancelled"}, "the units go back to Redis later (reconciliation)"
     me = session_client(payer).get("/api/me")
     assert me.status_code == 200 and me.json()["username"] == payer.username
-    for path in ("/api/ping", "/api/schema/", "/api/docs/", "/metrics"):
+    for path in ("/api/ping", "/api/schema/", "/api/docs/"):
         assert anonymous.get(path).status_code == 200, path
-    health = anonymous.get("/healthz")
-    assert health.status_code == 503 and health.json()["status"] == "down"
+    operator = {"HTTP_AUTHORIZATION": f"Bearer {settings.METRICS_TOKEN}"}
+    assert anonymous.get("/metrics", **operator).status_code == 200
+    health = anonymous.get("/healthz", **operator)
+    assert health.status_code == 503 and health.json()["status"] == "degraded"
+    assert health.json()["redis"]["status"] == "down"
 
     browser, admin = session_client(payer), session_client(staff)
     home = browser.get("/")
@@ -277,9 +281,13 @@ def test_database_away_from_the_web_tier_known_shoppers_buy_through_redis(proces
             except urllib.error.HTTPError as exc:
                 page = (exc.code, exc.headers.get("Retry-After"))
             assert page == (503, "2"), (path, page)
-        status, body, _ = http(base, "GET", "/healthz")
+        operator = {"Authorization": f"Bearer {settings.METRICS_TOKEN}"}
+        status, body, _ = http(base, "GET", "/healthz", headers=operator)
         assert status == 503 and body["database"]["status"] == "down", body
-        with urllib.request.urlopen(f"{base}/metrics", timeout=60) as response:
+        assert http(base, "GET", "/healthz")[:2] == (503, {"status": "degraded"})
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{base}/metrics", headers=operator), timeout=60
+        ) as response:
             assert response.status == 200
         flag = http(base, "GET", f"/api/activities/{activity.pk}/flag")
         assert flag[0] == 200 and flag[1]["token"] == token, "the flag comes from the process's last copy"

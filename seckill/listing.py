@@ -1,0 +1,108 @@
+"""The sale lists (`/api/activities/` and `/`): upcoming and live sales first, newest
+first, then the ended ones; a page at a time, each page built once per
+``SECKILL_LIST_CACHE_TTL`` in this process, with one stock read per listed activity
+(one pipeline): the figure pages show, the stock key or (S > 1) the display total."""
+
+import logging
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+from django.db.models import Case, IntegerField, Q, Value, When
+from django.db.models.functions import Now
+
+from core.memory import MISSING, ProcessMemory
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+
+from .breaker import redis_away
+from .models import Activity
+
+logger = logging.getLogger(__name__)
+
+LIST_PAGE_SIZE = 20
+
+_pages: ProcessMemory[tuple[int, int], "ActivityPage"] = ProcessMemory("activity-list-pages", max_entries=256)
+
+
+@dataclass(frozen=True)
+class ActivityPage:
+    number: int
+    count: int  # activities in the whole list
+    activities: list[Activity]
+    remaining: dict[int, int | None]
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.count // LIST_PAGE_SIZE))
+
+    @property
+    def has_next(self) -> bool:
+        return self.number < self.pages
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+
+class PageNotFound(Exception):
+    """A page number past the last page (or not a positive integer)."""
+
+
+def page_number_parse(value: str | None) -> int:
+    if value in (None, ""):
+        return 1
+    if not value.isdigit() or int(value) < 1:
+        raise PageNotFound(value)
+    return int(value)
+
+
+def activities_ordered():
+    """Upcoming and live first, then ended (by the database's clock), each newest first."""
+    ended = Q(status=Activity.Status.ENDED) | Q(end_at__lte=Now())
+    return (
+        Activity.objects.select_related("product")
+        .annotate(list_rank=Case(When(ended, then=Value(1)), default=Value(0), output_field=IntegerField()))
+        .order_by("list_rank", "-start_at", "-id")
+    )
+
+
+def activities_page(*, number: int) -> ActivityPage:
+    """One page of the list; PageNotFound past the last one."""
+    ttl = settings.SECKILL_LIST_CACHE_TTL
+    key = (number, LIST_PAGE_SIZE)
+    page = _pages.get(key, MISSING) if ttl > 0 else MISSING
+    if page is MISSING:
+        page = _page_build(number)
+        if ttl > 0:
+            _pages.put(key, page, ttl=ttl)
+    if number > page.pages:
+        raise PageNotFound(number)
+    return page
+
+
+def _page_build(number: int) -> ActivityPage:
+    count = Activity.objects.count()
+    start = (number - 1) * LIST_PAGE_SIZE
+    activities = list(activities_ordered()[start : start + LIST_PAGE_SIZE]) if start < count else []
+    return ActivityPage(number=number, count=count, activities=activities, remaining=_displayed_remaining(activities))
+
+
+def _displayed_remaining(activities: list[Activity]) -> dict[int, int | None]:
+    """The figure each page shows, one GET per activity in one pipeline: the stock key,
+    or with S > 1 the display total beat sums from the shards. None when not warmed or
+    while Redis is away (the page still shows, without the figure)."""
+    unknown: dict[int, int | None] = {a.pk: None for a in activities}
+    if not activities or redis_away():
+        return unknown
+    # A pipeline, not MGET: the keys live in different Redis Cluster slots.
+    pipe = stock_redis().pipeline(transaction=False)
+    for activity in activities:
+        keys = ActivityKeys(activity.pk)
+        pipe.get(keys.display if activity.shards > 1 else keys.stock)
+    try:
+        values = pipe.execute()
+    except redis.RedisError as exc:
+        logger.warning("listed stock unknown, Redis unavailable: %s", exc)
+        return unknown
+    return {a.pk: (int(v) if v is not None else None) for a, v in zip(activities, values, strict=True)}
