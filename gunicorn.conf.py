@@ -47,6 +47,13 @@ def when_ready(server):
         import orders.tasks  # noqa: F401
     except Exception as exc:  # the workers import it themselves then
         server.log.warning("pre-import of the URLconf failed: %s", exc)
+    from gunicorn.errors import HaltServer
+
+    from seckill.lifecycle import stock_redis_refusal
+
+    refusal = stock_redis_refusal()
+    if refusal:
+        raise HaltServer(refusal, 4)  # a web tier on a Redis that can lose reservations must not sell
     if os.environ.get("GUNICORN_GC_FREEZE", "true").lower() in ("1", "true", "yes"):
         # Everything imported so far lives as long as the process: out of the collector's
         # sight, a full collection in a worker scans only what requests allocated (shorter

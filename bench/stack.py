@@ -37,7 +37,9 @@ def bench_environment(base: dict[str, str] | None = None) -> tuple[dict[str, str
     env.setdefault("DJANGO_SECRET_KEY", "bench-only-secret-key-not-for-production-0123456789abcdef")
     env.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
     env["DJANGO_SECURE_SSL_REDIRECT"] = "false"
+    env.setdefault("EMAIL_URL", "consolemail://")  # production requires one; the bench sends none
     env["SECKILL_BENCH_VIEWS"] = "true"
+    env.setdefault("SECKILL_ALLOW_VOLATILE_REDIS", "true")  # a benchmark, whatever Redis it is given
     env.setdefault("DJANGO_LOG_LEVEL", "WARNING")
     env["PYTHONUNBUFFERED"] = "1"
     before = embedded.running_services()

@@ -9,10 +9,12 @@ from datetime import timedelta
 import redis
 from django.conf import settings
 from django.db import transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from orders.models import Order
 from orders.services import orders_units_return
+from stock.identity import identity_differences, new_epoch, stock_identity, volatile_reasons
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
@@ -114,11 +116,17 @@ def _lock_release(lock) -> None:
 
 
 def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
-
     activity = Activity.objects.get(pk=activity_id)
     if activity.status == Activity.Status.ENDED:
         raise WarmupError(f"activity {activity_id} has ended and been cleaned up; it cannot be warmed")
     client, layout = stock_redis(), StockLayout(activity_id, activity.shards)
+    volatile = [] if settings.SECKILL_ALLOW_VOLATILE_REDIS else volatile_reasons(client, layout)
+    if volatile:
+        raise WarmupError(
+            f"the stock Redis could lose reservations without a trace: {'; '.join(volatile)}. "
+            "Configure it so, or set SECKILL_ALLOW_VOLATILE_REDIS=true (tests and benchmarks only)."
+        )
+    epoch = new_epoch()
     current, _ = layout.totals(client)
     started = timezone.now() >= activity.start_at
     if current is not None and started and not force:
@@ -162,7 +170,9 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
         # release in between changes it, and the derivation is taken again. (Every step
         # that moves the stock also moves a term of the derivation by as much, so a
         # stock that went away and came back to the same figure is still right.)
-        written = layout.warm(client, picture=picture.redis, remaining=remaining, loaded=activity.redis_loaded_units)
+        written = layout.warm(
+            client, picture=picture.redis, remaining=remaining, loaded=activity.redis_loaded_units, epoch=epoch
+        )
         if written:
             break
 
@@ -203,7 +213,7 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
             f"expected {expected_stock} and {activity.redis_loaded_units}"
         )
     Activity.objects.filter(pk=activity_id).exclude(status=Activity.Status.ENDED).update(
-        status=Activity.Status.WARMED, warmed_at=timezone.now()
+        status=Activity.Status.WARMED, warmed_at=timezone.now(), redis_identity=stock_identity(client, layout)
     )
     activity_snapshot_fill(activity_id)  # the first buyers find the activity cached
     activity_start_schedule(activity_id=activity_id)
@@ -236,28 +246,70 @@ def _participants(layout: StockLayout, *, picture: Measurement) -> dict[int, str
     return participants
 
 
-def activity_stock_relayout(*, activity_id: int, old_shards: int) -> WarmupResult:
-    """The shard count of a warmed activity changed before the start: remove the stock
-    keys of the old layout (its shards, and its user partitions or users hash) and warm
-    the new one from the database.
+def stock_redis_refusal() -> str | None:
+    """Why the web tier must not start on this stock Redis (None: it may). Redis away at
+    start-up is not a reason: the breaker answers for it."""
+    if settings.SECKILL_ALLOW_VOLATILE_REDIS:
+        return None
+    try:
+        volatile = volatile_reasons(stock_redis())
+    except redis.RedisError:
+        return None
+    if not volatile:
+        return None
+    return (
+        f"the stock Redis could lose reservations without a trace: {'; '.join(volatile)}. "
+        "Configure it so, or set SECKILL_ALLOW_VOLATILE_REDIS=true (tests and benchmarks only)."
+    )
 
-    The activity counts as not warmed until the warm-up has written every new shard, so
-    if it fails the automatic warm-up (beat) does it again; never are units left behind
-    in keys the purchase no longer reads.
-    """
-    client, old = stock_redis(), StockLayout(activity_id, old_shards)
-    if any(client.xlen(k.log) for k in old.shard_keys):
-        raise WarmupError(f"activity {activity_id}: reservations exist; the stock cannot be laid out again")
-    Activity.objects.filter(pk=activity_id, status=Activity.Status.WARMED).update(status=Activity.Status.SCHEDULED)
-    old.stock_keys_unlink(client)
-    return activity_warmup(activity_id=activity_id, force=True)
+
+def activity_identity_check(*, activity_id: int) -> list[str]:
+    """Is the stock Redis still the state the last warm-up wrote (stock.identity)? When
+    not — a restart that lost writes, a restore, a failover to a stale replica, a flush —
+    nothing sells until the stock is derived again from the database and the log: the
+    stock keys are removed first (purchases answer busy), then a forced warm-up derives
+    and writes them (a warm-up that fails leaves them removed; beat's auto warm-up tries
+    again). Returns the differences found (empty: the same state)."""
+    activity = Activity.objects.get(pk=activity_id)
+    if activity.status != Activity.Status.WARMED:
+        return []
+    client, layout = stock_redis(), StockLayout(activity_id, activity.shards)
+    differences = identity_differences(activity.redis_identity, stock_identity(client, layout))
+    if not differences:
+        return []
+    logger.error("seckill.redis_identity activity=%s: %s; deriving the stock again", activity_id, differences)
+    for keys in layout.shard_keys:
+        client.delete(keys.stock)
+    activity_warmup(activity_id=activity_id, force=True)
+    return differences
+
+
+def activity_stock_relayout(*, activity_id: int, old_shards: int) -> int:
+    """After a committed change of the shard count of an activity neither warmed nor
+    started (``seckill.activities.activity_locked_fields`` refuses it otherwise, before
+    the commit, from the database alone: no shopper can have reserved yet): remove the
+    stock keys of the old layout (its shards, and its user partitions or users hash) that
+    a warm-up which failed part way may have left, so no unit sits in a key the purchase
+    no longer reads. The next warm-up lays out the new count. Returns the keys removed."""
+    lock = _lifecycle_lock(activity_id)  # no warm-up writes the new layout meanwhile
+    if not lock.acquire():
+        raise WarmupError(f"activity {activity_id} is being warmed or closed by another process; try again")
+    try:
+        if not Activity.objects.filter(pk=activity_id, status=Activity.Status.SCHEDULED).exists():
+            return 0  # warmed meanwhile over the new count: its keys are not the old layout's to remove
+        client, old = stock_redis(), StockLayout(activity_id, old_shards)
+        if any(client.xlen(k.log) for k in old.shard_keys):  # never drop a reservation
+            raise WarmupError(f"activity {activity_id}: reservations exist; the old stock keys are kept")
+        return old.stock_keys_unlink(client)
+    finally:
+        _lock_release(lock)
 
 
 def _activity_relayout_logged(*, activity_id: int, old_shards: int) -> None:
     try:
         activity_stock_relayout(activity_id=activity_id, old_shards=old_shards)
-    except (WarmupError, redis.RedisError) as exc:  # the autowarm task and the operator can retry
-        logger.error("re-warm of activity %s over its new shard count failed: %s", activity_id, exc)
+    except (WarmupError, redis.RedisError) as exc:  # reconciliation and the close still see those keys
+        logger.error("removing the old stock layout of activity %s failed: %s", activity_id, exc)
 
 
 def display_total_refresh(*, activity_id: int, shards: int, create: bool = False) -> int | None:
@@ -292,9 +344,10 @@ def activity_close(*, activity_id: int) -> dict:
     database only (orders.services.orders_units_return).
     """
     activity = Activity.objects.get(pk=activity_id)
-    # Web processes may act on their cached copy of the activity for one cache lifetime.
-    settled_at = activity.end_at + timedelta(seconds=settings.SECKILL_ACTIVITY_CACHE_TTL + 1)
-    if timezone.now() < settled_at:
+    # Web processes may act on their cached copy of the activity for one cache lifetime;
+    # the database's clock decides, as it does for the start (activity_token_ensure).
+    settle = timedelta(seconds=settings.SECKILL_ACTIVITY_CACHE_TTL + 1)
+    if not Activity.objects.filter(pk=activity_id, end_at__lte=Now() - settle).exists():
         raise WarmupError(f"activity {activity_id} has not ended (or ended less than a moment ago); try again later")
     replay = reservations_drain(activity_id=activity_id)
     report = reconcile(activity_id=activity_id, final=True)

@@ -51,6 +51,9 @@ class Activity(models.Model):
     # Created at the start by seckill.activities.activity_token_ensure; null before.
     purchase_token = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 - NULL = not started
     warmed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The Redis state the last warm-up wrote (stock.identity.stock_identity): a different
+    # one later means the stock was lost or rolled back, and is derived again.
+    redis_identity = models.JSONField(default=dict, blank=True, editable=False)
     # Traffic gates (seckill.gates); blank = the SECKILL_* default from settings.
     rate_per_user = models.CharField(
         _("rate per user"),

@@ -16,7 +16,7 @@ from stock.redis_client import stock_redis
 
 from .activities import activity_token_ensure
 from .fallback import stock_resync
-from .lifecycle import WarmupError, activity_close, activity_warmup, display_total_refresh
+from .lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup, display_total_refresh
 from .models import Activity
 from .reconciliation import reconcile
 from .replay import reservations_drain, reservations_replay
@@ -155,8 +155,9 @@ def reconcile_live_task() -> dict:
     results = {}
     for activity_id in live_activities().filter(status=Activity.Status.WARMED).values_list("pk", flat=True):
         try:
+            activity_identity_check(activity_id=activity_id)  # a lost or rolled-back Redis first
             report = reconcile(activity_id=activity_id)
-        except (RuntimeError, redis.RedisError) as exc:
+        except (RuntimeError, redis.RedisError, WarmupError) as exc:
             logger.error("reconciliation of activity %s failed, next run retries: %s", activity_id, exc)
             continue
         except Exception:  # one activity's failure must not stop the others' checks

@@ -61,6 +61,11 @@ class ActivityKeys:
         return f"seckill:{self.tag}:loaded"
 
     @property
+    def epoch(self) -> str:
+        """The warm-up that wrote this stock (stock.identity): a restore or a flush shows here."""
+        return f"seckill:{self.tag}:epoch"
+
+    @property
     def users(self) -> str:
         """Hash: user id -> reservation id of the shopper's live reservation."""
         return f"seckill:{self.tag}:users"
@@ -140,6 +145,7 @@ class ActivityKeys:
         return [
             self.stock,
             self.loaded,
+            self.epoch,
             self.users,
             self.log,
             self.drain,

@@ -214,7 +214,7 @@ class StockLayout:
         counts = [None if v is None else int(v) for v in values]
         return _sum_or_none(counts[::2]), _sum_or_none(counts[1::2])
 
-    def warm(self, client: StockRedis, *, picture: RedisSnapshot, remaining: int, loaded: int) -> bool:
+    def warm(self, client: StockRedis, *, picture: RedisSnapshot, remaining: int, loaded: int, epoch: str = "") -> bool:
         """Write ``remaining`` and ``loaded`` if the stock is still what ``picture`` saw
         (a compare-and-set); True if written.
 
@@ -227,7 +227,13 @@ class StockLayout:
         log_lengths = [sum(1 for e in picture.log if e.shard == i) for i in range(self.shards)]
         if not self.sharded:
             return run_warmup(
-                client, self.keys, remaining=remaining, loaded=loaded, expected=picture.stock, log_length=log_lengths[0]
+                client,
+                self.keys,
+                remaining=remaining,
+                loaded=loaded,
+                expected=picture.stock,
+                log_length=log_lengths[0],
+                epoch=epoch,
             )
         frozen = all(
             [  # a list, not a generator: every shard is frozen in the same round
@@ -240,7 +246,9 @@ class StockLayout:
         shares = zip(warmup_shares(remaining, self.shards), warmup_shares(loaded, self.shards), strict=True)
         return all(
             [
-                run_warmup(client, shard_keys, remaining=r, loaded=n, expected=None, log_length=log_lengths[i])
+                run_warmup(
+                    client, shard_keys, remaining=r, loaded=n, expected=None, log_length=log_lengths[i], epoch=epoch
+                )
                 for i, (shard_keys, (r, n)) in enumerate(zip(self.shard_keys, shares, strict=True))
             ]
         )

@@ -192,14 +192,21 @@ def run_return(
 
 
 def run_warmup(
-    client: StockRedis, keys: ActivityKeys, *, remaining: int, loaded: int, expected: int | None, log_length: int
+    client: StockRedis,
+    keys: ActivityKeys,
+    *,
+    remaining: int,
+    loaded: int,
+    expected: int | None,
+    log_length: int,
+    epoch: str = "",
 ) -> bool:
     """Set the stock if it still is ``expected`` (None: no stock key, and then the log
-    still ``log_length`` entries long); True if written."""
+    still ``log_length`` entries long), with this warm-up's ``epoch``; True if written."""
     with script_timer("warmup"):
         written = WARMUP(
-            keys=[keys.stock, keys.loaded, keys.log],
-            args=[remaining, loaded, "" if expected is None else str(expected), log_length],
+            keys=[keys.stock, keys.loaded, keys.log, keys.epoch],
+            args=[remaining, loaded, "" if expected is None else str(expected), log_length, epoch],
             client=client,
         )
     return bool(written)

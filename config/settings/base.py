@@ -256,6 +256,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".local" / "celerybeat-schedule")
 SECKILL_REDIS_URL = env("SECKILL_REDIS_URL", default=REDIS_URL)
 # true: SECKILL_REDIS_URL names a node of a Redis Cluster and redis-py's cluster client is used.
 SECKILL_REDIS_CLUSTER = env.bool("SECKILL_REDIS_CLUSTER", default=False)
+# true: warm-up and start-up accept a stock Redis that may evict keys or keeps nothing on
+# disk (it can lose reservations without a trace): tests and benchmarks only.
+SECKILL_ALLOW_VOLATILE_REDIS = env.bool("SECKILL_ALLOW_VOLATILE_REDIS", default=False)
 # Seconds a reservation may wait for its order before the replay task creates it.
 SECKILL_REPLAY_GRACE = env.int("SECKILL_REPLAY_GRACE", default=30)
 # Replay attempts before the stock is returned and an anomaly opened.

@@ -7,9 +7,9 @@
 -- key nothing can buy, but a release still removes its log entry (and gives its units
 -- to no key): the log must also be as long as in the snapshot (ARGV[4]).
 --
--- KEYS[1] stock   KEYS[2] loaded   KEYS[3] log
+-- KEYS[1] stock   KEYS[2] loaded   KEYS[3] log   KEYS[4] epoch
 -- ARGV[1] remaining   ARGV[2] loaded   ARGV[3] the stock expected now ('' = no key)
--- ARGV[4] the log's length in the snapshot
+-- ARGV[4] the log's length in the snapshot   ARGV[5] this warm-up's epoch (stock.identity)
 --
 -- Returns 1 when written, 0 when the stock was not what the caller expected.
 local current = redis.call('GET', KEYS[1])
@@ -21,4 +21,5 @@ if not current and redis.call('XLEN', KEYS[3]) ~= tonumber(ARGV[4]) then
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[4], ARGV[5])
 return 1
