@@ -15,8 +15,10 @@ $(STAMP): requirements.txt requirements-dev.txt
 
 install: $(STAMP)
 
+# The local settings unless DJANGO_SETTINGS_MODULE says otherwise (every entry point
+# defaults to the production settings).
 run: $(STAMP)
-	@$(BIN)/python -m devtools.stack
+	@DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.local} $(BIN)/python -m devtools.stack
 
 test: $(STAMP)
 	@bash .ci/system-packages
@@ -45,9 +47,9 @@ bench: $(STAMP)
 # (needs gettext; installed with apt when missing and possible).
 messages: $(STAMP)
 	@command -v msgfmt >/dev/null || (apt-get update -qq && apt-get install -y -qq gettext)
-	@$(BIN)/python -m devtools.embedded run -- $(BIN)/python manage.py makemessages -l zh_Hans --no-wrap --no-location \
+	@DJANGO_SETTINGS_MODULE=config.settings.local $(BIN)/python -m devtools.embedded run -- $(BIN)/python manage.py makemessages -l zh_Hans --no-wrap --no-location \
 		--ignore '.venv/*' --ignore '.local/*' --ignore 'staticfiles/*' --ignore 'tests/*' --ignore 'bench/*'
-	@$(BIN)/python -m devtools.embedded run -- $(BIN)/python manage.py compilemessages -l zh_Hans --ignore '.venv/*'
+	@DJANGO_SETTINGS_MODULE=config.settings.local $(BIN)/python -m devtools.embedded run -- $(BIN)/python manage.py compilemessages -l zh_Hans --ignore '.venv/*'
 
 services-down: $(STAMP)
 	@$(BIN)/python -m devtools.embedded down

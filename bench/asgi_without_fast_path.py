@@ -4,7 +4,7 @@ so that the fast path's own share of the API's figures can be measured."""
 
 import os
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")  # as config.asgi
 
 from config.handlers import get_asgi_application
 

@@ -1,15 +1,25 @@
-"""Operator endpoints: ``/healthz`` (database, Redis, broker) and ``/metrics`` (Prometheus)."""
+"""Operator endpoints: ``/healthz`` (database, Redis, broker) and ``/metrics`` (Prometheus).
+
+The public learns only whether the shop is ok (200 ``{"status": "ok"}``) or degraded (503
+``{"status": "degraded"}``); which dependency is down and why, and the metrics, are for
+whoever sends ``Authorization: Bearer <METRICS_TOKEN>``. With METRICS_TOKEN unset nobody
+gets them. Both are cheap to poll: the broker is read through the worker-shared pooled
+connection and the reading is kept for a second (seckill.metrics.broker_queue_depth).
+"""
 
 from __future__ import annotations
 
+import hmac
 import time
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from seckill.metrics import metrics_exposition
+from core.safety import url_passwords_masked
+from seckill.metrics import broker_queue_depth, metrics_exposition
 
 NO_STORE = "no-store, max-age=0"
 
@@ -27,10 +37,7 @@ def _check_redis() -> None:
 
 
 def _check_broker() -> None:
-    from config.celery_app import app
-
-    with app.connection_for_write() as conn:
-        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=2)
+    broker_queue_depth()  # the queue's depth is read from the broker: it answered
 
 
 CHECKS = {"database": _check_database, "redis": _check_redis, "broker": _check_broker}
@@ -46,23 +53,48 @@ def health_report() -> tuple[bool, dict]:
             components[name] = {"status": "ok", "ms": round((time.perf_counter() - started) * 1000, 2)}
         except Exception as exc:  # any failure of a dependency is its state, not our 500
             ok = False
-            components[name] = {"status": "down", "error": f"{type(exc).__name__}: {exc}"[:300]}
+            error = url_passwords_masked(f"{type(exc).__name__}: {exc}")[:300]
+            components[name] = {"status": "down", "error": error}
     from seckill.breaker import redis_breaker
 
     components["redis"]["breaker"] = redis_breaker().state
     return ok, components
 
 
+def operator_authorized(request) -> bool:
+    """``Authorization: Bearer <METRICS_TOKEN>``, compared in constant time; never with
+    METRICS_TOKEN unset."""
+    expected = settings.METRICS_TOKEN
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    if not expected or scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(presented.strip().encode("utf-8", "surrogatepass"), expected.encode())
+
+
+def _no_store(response):
+    response["Cache-Control"] = NO_STORE
+    return response
+
+
 @require_GET
 def healthz(request):
     ok, components = health_report()
-    response = JsonResponse({"status": "ok" if ok else "down", **components}, status=200 if ok else 503)
-    response["Cache-Control"] = NO_STORE
-    return response
+    body: dict = {"status": "ok" if ok else "degraded"}
+    if operator_authorized(request):
+        body.update(components)
+    return _no_store(JsonResponse(body, status=200 if ok else 503))
 
 
 @require_GET
 def metrics(request):
-    response = HttpResponse(metrics_exposition(), content_type=CONTENT_TYPE_LATEST)
-    response["Cache-Control"] = NO_STORE
-    return response
+    if not operator_authorized(request):
+        response = JsonResponse(
+            {
+                "code": "not_authenticated",
+                "detail": "Send Authorization: Bearer <METRICS_TOKEN> (unset METRICS_TOKEN: no one may read them).",
+            },
+            status=401,
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return _no_store(response)
+    return _no_store(HttpResponse(metrics_exposition(), content_type=CONTENT_TYPE_LATEST))

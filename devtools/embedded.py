@@ -319,7 +319,8 @@ def main(argv: list[str]) -> int:
         if not cmd:
             print("usage: python -m devtools.embedded run -- CMD ...", file=sys.stderr)
             return 2
-        env = {**os.environ, **ensure_services()}
+        # A development tool: the local settings unless the caller chose others.
+        env = {"DJANGO_SETTINGS_MODULE": "config.settings.local", **os.environ, **ensure_services()}
         return subprocess.run(cmd, env=env, check=False).returncode
     if command == "down":
         stopped = stop_services()

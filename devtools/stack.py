@@ -58,6 +58,8 @@ def processes(env: dict) -> dict[str, list[str]]:
 
 def main() -> int:
     env = dict(os.environ)
+    # The local settings unless the caller chose others (manage.py, the WSGI/ASGI
+    # applications and Celery default to production).
     env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     already = embedded.running_services()
     env.update(embedded.ensure_services(env))

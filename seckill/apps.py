@@ -9,6 +9,7 @@ class SeckillConfig(AppConfig):
     verbose_name = "Flash sales"
 
     def ready(self):
+        from core.safety import deploy_safety_check
         from stock.layout import shards_lookup_register
 
         from . import authentication  # noqa: F401 - connects the shared token cache's signals
@@ -16,6 +17,7 @@ class SeckillConfig(AppConfig):
 
         shards_lookup_register(activity_shards)
         checks.register(rates_check)
+        checks.register(deploy_safety_check)
 
 
 def rates_check(app_configs=None, **kwargs) -> list:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 from celery import current_app
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
+from core.memory import ProcessMemory, register_reset
 from core.metrics import PURCHASES
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
@@ -85,22 +87,64 @@ def reservation_backlog() -> dict[int, int]:
     return backlog
 
 
+class BrokerUnavailable(RuntimeError):
+    """The broker did not answer the last reading (kept for a second, as a reading is)."""
+
+
+# One broker connection and channel per process, made on first use and again only after an
+# error, and one reading kept for BROKER_READING_TTL: polling /healthz and /metrics opens
+# no connection per call and asks the broker at most once a second per process.
+BROKER_READING_TTL = 1.0
+_broker_readings: ProcessMemory[str, dict[str, int] | str] = ProcessMemory("broker queue depth", 1, BROKER_READING_TTL)
+_broker_lock = threading.Lock()
+_broker: dict = {}
+
+
+@register_reset
+def broker_connection_forget() -> None:
+    channel, conn = _broker.pop("channel", None), _broker.pop("connection", None)
+    for resource in (channel, conn):
+        if resource is not None:
+            try:
+                resource.close()
+            except Exception:  # already broken: nothing more to release
+                logger.debug("broker connection close failed", exc_info=True)
+
+
 def broker_queue_depth() -> dict[str, int]:
+    """Messages waiting in the default queue; BrokerUnavailable when the broker does not answer."""
+    reading = _broker_readings.get("depth")
+    if reading is None:
+        with _broker_lock:
+            reading = _broker_readings.get("depth")  # another thread may have read it meanwhile
+            if reading is None:
+                try:
+                    reading = _queue_depth_read()
+                except Exception as exc:
+                    broker_connection_forget()
+                    reading = f"{type(exc).__name__}: {exc}"
+                _broker_readings.put("depth", reading)
+    if isinstance(reading, str):
+        raise BrokerUnavailable(reading)
+    return reading
+
+
+def _queue_depth_read() -> dict[str, int]:
     app = current_app
     queue = app.conf.task_default_queue
-    with app.connection_for_read() as conn:
+    if "channel" not in _broker:
+        conn = app.connection_for_read()
+        _broker["connection"] = conn
         conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=2)
-        channel = conn.channel()
-        try:
-            # Passive declare: reads the count (Redis LLEN, AMQP message_count), creates nothing.
-            _, count, _ = channel.queue_declare(queue=queue, passive=True)
-        except conn.channel_errors:
-            count = 0  # no such queue yet (an empty Redis list does not exist either)
-        finally:
-            try:
-                channel.close()
-            except conn.connection_errors + conn.channel_errors:
-                pass
+        _broker["channel"] = conn.channel()
+    conn, channel = _broker["connection"], _broker["channel"]
+    try:
+        # Passive declare: reads the count (Redis LLEN, AMQP message_count), creates nothing.
+        _, count, _ = channel.queue_declare(queue=queue, passive=True)
+    except conn.channel_errors:
+        count = 0  # no such queue yet (an empty Redis list does not exist either)
+        if getattr(channel, "is_open", True) is False:  # AMQP closes a channel on that error
+            _broker["channel"] = conn.channel()
     return {queue: int(count)}
 
 

@@ -17,6 +17,11 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)  # optional, for local 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+# The public secrets of the development settings are refused at start-up unless these
+# settings allow them (local and test only): core.safety.deploy_safety_check.
+DEVELOPMENT_SECRETS_ALLOWED = False
+# Debug pages hide connection URLs (their names and any password inside a value).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "core.safety.ConnectionSafeExceptionReporterFilter"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -374,7 +379,7 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_FORMAT == "json" else "plain",
-            "filters": ["request_id"],
+            "filters": ["request_id", "url_passwords"],
         }
     },
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
@@ -396,9 +401,40 @@ CELERY_BEAT_SCHEDULE = {
     "orders-expire-sweep": {
         "task": "orders.tasks.orders_expire_overdue_task",
         "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,
+# --- Mail (password reset) -------------------------------------------------------------
+# EMAIL_URL in django-environ's form: smtp+tls://user:password@host:587, smtps://…,
+# consolemail:// (the mail printed to the log), filemail:///path. Production requires it.
+EMAIL_URL = env("EMAIL_URL", default="consolemail://")
+
+
+def email_settings(url: str) -> dict:
+    """Django's EMAIL_* settings for a mail URL."""
+    parsed = env.email_url_config(url)
+    return {
+        "EMAIL_BACKEND": parsed["EMAIL_BACKEND"],
+        "EMAIL_HOST": parsed["EMAIL_HOST"] or "localhost",
+        "EMAIL_PORT": parsed["EMAIL_PORT"] or 25,
+        "EMAIL_HOST_USER": parsed["EMAIL_HOST_USER"] or "",
+        "EMAIL_HOST_PASSWORD": parsed["EMAIL_HOST_PASSWORD"] or "",
+        "EMAIL_USE_TLS": bool(parsed.get("EMAIL_USE_TLS")),
+        "EMAIL_USE_SSL": bool(parsed.get("EMAIL_USE_SSL")),
+        "EMAIL_FILE_PATH": "/" + parsed["EMAIL_FILE_PATH"] if parsed["EMAIL_FILE_PATH"] else None,
+        "EMAIL_TIMEOUT": env.int("EMAIL_TIMEOUT", default=10),
+    }
+
+
+globals().update(email_settings(EMAIL_URL))
+DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="webmaster@localhost")
+
+# --- Operator endpoints ------------------------------------------------------------------
+# Bearer token for /metrics and the details of /healthz (config/health.py). Unset: /metrics
+# answers 401 to everyone and /healthz only says ok or degraded.
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
+
     },
 }
 
 # Mount bench/'s contrast endpoints (the database-direct purchase) under /bench/.
 # Only `make bench` turns this on.
 SECKILL_BENCH_VIEWS = env.bool("SECKILL_BENCH_VIEWS", default=False)
+        "url_passwords": {"()": "core.safety.UrlPasswordFilter"},

@@ -16,5 +16,7 @@ if not DATABASE_URL or not REDIS_URL:
     )
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# The public development secrets below are allowed here (core.safety refuses them elsewhere).
+DEVELOPMENT_SECRETS_ALLOWED = True
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="local-development-only-not-secret")
 PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="local-gateway-secret-not-secret")

@@ -5,8 +5,10 @@ as long as TLS is on (the default). DJANGO_SECURE_SSL_REDIRECT=false serves plai
 a TLS-terminating proxy or on loopback, and then the cookies cannot be marked secure.
 """
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .base import *  # noqa: F403
-from .base import DATABASE_URL, REDIS_URL, env
+from .base import DATABASE_URL, REDIS_URL, email_settings, env
 
 # Secrets and hosts only from the environment: a missing one fails at start-up.
 SECRET_KEY = env("DJANGO_SECRET_KEY")
@@ -14,6 +16,14 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS")
 DEBUG = False
 if not DATABASE_URL or not REDIS_URL:
     raise RuntimeError("config.settings.production needs DATABASE_URL and REDIS_URL in the environment.")
+# Password reset sends mail: a deployment names its mail server (no silent console).
+EMAIL_URL = env("EMAIL_URL", default="")
+if not EMAIL_URL:
+    raise ImproperlyConfigured(
+        "config.settings.production needs EMAIL_URL in the environment, e.g. "
+        "smtp+tls://user:password@mail.example.com:587 (consolemail:// prints the mails to the log instead)."
+    )
+globals().update(email_settings(EMAIL_URL))
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)

@@ -8,6 +8,9 @@ from .base import DATABASES, env
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="test-only-not-secret")
 DEBUG = False
+DEVELOPMENT_SECRETS_ALLOWED = True
+# The processes the tests start inherit it: the tests scrape /metrics with it.
+METRICS_TOKEN = env("METRICS_TOKEN", default="test-metrics-token")
 # Login throttling is on only in the tests about it (their client.login() has no request).
 AXES_ENABLED = False
 # The account and order throttles too (tests/gates/test_throttles.py turns them on).

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
+from django.conf import settings
 from django.db import connection, transaction
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
@@ -222,7 +223,7 @@ def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_c
     assert units_ordered(activity) == 30, "the database path writes the order at once"
     assert purchase_answer(base, activity.pk, keys[users[0].pk], token) == (409, "duplicate")
     answers |= during
-    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:
+    with urllib.request.urlopen(_operator_request(f"{base}/metrics"), timeout=30) as response:
         metrics = {
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(response.read().decode())
@@ -231,7 +232,7 @@ def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_c
     assert metrics[("seckill_redis_breaker_state", ())] == 2  # open
     assert metrics[("seckill_fallback_purchase_total", (("code", "queued"),))] == 20
     assert metrics[("seckill_fallback_purchase_total", (("code", "busy"),))] >= 1
-    health = urllib.request.Request(f"{base}/healthz")
+    health = _operator_request(f"{base}/healthz")
     try:
         urllib.request.urlopen(health, timeout=30)
         raise AssertionError("/healthz said ok with Redis cut")
@@ -250,8 +251,13 @@ def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_c
     assert Order.objects.filter(activity=activity, reservation_id__startswith="db-").count() >= 20
 
 
+def _operator_request(url: str) -> urllib.request.Request:
+    """/metrics and the details of /healthz are for the operator's bearer token."""
+    return urllib.request.Request(url, headers={"Authorization": f"Bearer {settings.METRICS_TOKEN}"})
+
+
 def _web_metrics(base: str) -> dict:
-    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:
+    with urllib.request.urlopen(_operator_request(f"{base}/metrics"), timeout=30) as response:
         return {
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(response.read().decode())
@@ -261,7 +267,7 @@ def _web_metrics(base: str) -> dict:
 
 def _breaker_state(base: str) -> str:
     try:
-        with urllib.request.urlopen(f"{base}/healthz", timeout=30) as response:
+        with urllib.request.urlopen(_operator_request(f"{base}/healthz"), timeout=30) as response:
             return json.loads(response.read())["redis"]["breaker"]
     except urllib.error.HTTPError as exc:  # 503 while a dependency is down; the body says which
         return json.loads(exc.read())["redis"]["breaker"]

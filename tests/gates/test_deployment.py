@@ -21,6 +21,7 @@ def production_env(**extra) -> dict:
         DJANGO_ALLOWED_HOSTS="shop.example.com",
         DATABASE_URL="postgres://shop@127.0.0.1:5432/shop",  # never connected to by these checks
         REDIS_URL=settings.REDIS_URL,
+        EMAIL_URL="smtp+tls://shop:mail-password@mail.example.com:587",
     )
     env.pop("DJANGO_SECURE_SSL_REDIRECT", None)
     env.update(extra)
@@ -114,3 +115,143 @@ def test_refused_purchases_are_not_logged_one_line_each_but_other_4xx_are(caplog
     logged = [r.getMessage() for r in caplog.records if r.name == "django.request"]
     assert not any("/purchase" in line for line in logged), logged
     assert any("999999" in line for line in logged), logged
+
+
+# --- safe defaults: every entry point is production unless told otherwise --------------
+
+ENTRY_POINTS = {
+    "manage.py": [
+        sys.executable,
+        "manage.py",
+        "shell",
+        "-c",
+        "from django.conf import settings as s; print(s.SETTINGS_MODULE)",
+    ],
+    "config.wsgi": [
+        sys.executable,
+        "-c",
+        "import config.wsgi; from django.conf import settings as s; print(s.SETTINGS_MODULE)",
+    ],
+    "config.asgi": [
+        sys.executable,
+        "-c",
+        "import config.asgi; from django.conf import settings as s; print(s.SETTINGS_MODULE)",
+    ],
+    "config.celery_app": [
+        sys.executable,
+        "-c",
+        "import os, config.celery_app; print(os.environ['DJANGO_SETTINGS_MODULE'])",
+    ],
+}
+
+
+@pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
+def test_every_entry_point_defaults_to_the_production_settings(entry_point):
+    env = production_env()
+    env.pop("DJANGO_SETTINGS_MODULE")
+    result = subprocess.run(
+        ENTRY_POINTS[entry_point], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "config.settings.production"
+
+
+def local_env(**extra) -> dict:
+    env = subprocess_env(DJANGO_SETTINGS_MODULE="config.settings.local")
+    for name in ("DJANGO_DEBUG", "DJANGO_ALLOWED_HOSTS", "DJANGO_SECRET_KEY", "PAYMENT_GATEWAY_SECRET"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+def test_local_settings_on_loopback_pass_the_checks():
+    result = manage("check", env=local_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("hosts", ["shop.example.com", "*", "localhost,10.0.0.7"])
+def test_debug_with_a_public_host_fails_start_up(hosts):
+    result = manage("check", env=local_env(DJANGO_ALLOWED_HOSTS=hosts))
+    assert result.returncode != 0
+    assert "DEBUG" in result.stderr and "core.E001" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("DJANGO_SECRET_KEY", "local-development-only-not-secret"),
+        ("DJANGO_SECRET_KEY", "test-only-not-secret"),
+        ("PAYMENT_GATEWAY_SECRET", "local-gateway-secret-not-secret"),
+        ("PAYMENT_GATEWAY_SECRET", "test-gateway-secret"),
+    ],
+)
+def test_production_refuses_a_known_development_secret(name, value):
+    result = manage("check", env=production_env(**{name: value}))
+    assert result.returncode != 0
+    assert "core.E002" in result.stderr and name in result.stderr, result.stderr
+
+
+def test_the_known_development_secrets_are_the_development_settings_defaults():
+    from core.safety import DEVELOPMENT_SECRETS
+
+    script = "from django.conf import settings as s; print(s.SECRET_KEY); print(s.PAYMENT_GATEWAY_SECRET)"
+    for env in (local_env(), subprocess_env()):
+        env.pop("DJANGO_SECRET_KEY", None)
+        env.pop("PAYMENT_GATEWAY_SECRET", None)
+        result = manage("shell", "-c", script, env=env)
+        assert result.returncode == 0, result.stderr
+        for secret in result.stdout.split()[-2:]:
+            assert secret in DEVELOPMENT_SECRETS, secret
+
+
+def test_production_refuses_to_start_without_a_mail_url():
+    env = production_env()
+    env.pop("EMAIL_URL")
+    result = manage("check", env=env)
+    assert result.returncode != 0
+    assert "EMAIL_URL" in result.stderr
+
+
+# --- connection URLs never shown: debug pages and logs -----------------------------------
+
+
+def _secret_url_in_a_frame(password: str):
+    broker = f"amqp://shop:{password}@mq.internal:5672//"  # noqa: F841 - a local the debug page lists
+    raise RuntimeError("boom")
+
+
+def test_the_debug_page_shows_no_connection_url(settings, rf):
+    from django.views.debug import technical_500_response
+
+    password = secrets.token_hex(8)  # made here: the page also shows this test's source lines
+    settings.DEBUG = True
+    settings.CELERY_BROKER_URL = f"redis://:{password}@redis.internal:6379/1"
+    settings.SECKILL_REDIS_URL = f"redis://:{password}@redis.internal:6379/0"
+    settings.SENTRY_DSN = f"https://{password}@sentry.example.com/1"
+    request = rf.get("/boom", DATABASE_URL=f"postgres://shop:{password}@db.internal/shop")
+    try:
+        _secret_url_in_a_frame(password + "x")
+    except RuntimeError:
+        response = technical_500_response(request, *sys.exc_info())
+    page = response.content.decode()
+    assert "RuntimeError" in page and "mq.internal" in page
+    for leaked in (settings.DATABASE_URL, settings.REDIS_URL, settings.CACHES["default"]["LOCATION"]):
+        assert leaked not in page
+    assert password not in page
+
+
+def test_log_lines_carry_no_password_of_a_url(caplog):
+    import logging
+
+    (handler,) = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler) and h.filters]
+    record = logging.LogRecord(
+        "x", logging.WARNING, __file__, 1, "broker %s unreachable", ("amqp://u:log-hunter2@mq//",), None
+    )
+    try:
+        raise ConnectionError("redis://:exc-hunter2@redis.internal:6379/0 refused")
+    except ConnectionError:
+        record.exc_info = sys.exc_info()
+    assert handler.filter(record)
+    line = handler.format(record)
+    assert "mq//" in line and "redis.internal" in line
+    assert "hunter2" not in line

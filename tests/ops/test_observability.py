@@ -6,6 +6,7 @@ import urllib.request
 from email.message import Message
 
 import pytest
+import redis
 from django.conf import settings
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
@@ -16,7 +17,7 @@ from seckill.reconciliation import reconcile
 from stock.redis_client import reset_stock_redis
 
 from ..factories import make_activity, make_users, token_of
-from ..helpers import free_port, start_gunicorn, subprocess_env
+from ..helpers import free_port, start_gunicorn, subprocess_env, wait_until
 
 
 def _request(url: str, *, body: dict | None = None, headers: dict | None = None) -> tuple[int, Message, bytes]:
@@ -39,9 +40,21 @@ def _samples(text: str) -> dict[tuple, float]:
     return out
 
 
+def operator(settings) -> dict:
+    return {"HTTP_AUTHORIZATION": f"Bearer {settings.METRICS_TOKEN}"}
+
+
 @pytest.mark.django_db
-def test_healthz_reports_each_dependency(client):
+def test_healthz_tells_the_public_only_ok(client):
     response = client.get("/healthz")
+    assert response.status_code == 200, response.content
+    assert response.json() == {"status": "ok"}
+    assert response["Cache-Control"].startswith("no-store")
+
+
+@pytest.mark.django_db
+def test_healthz_reports_each_dependency_to_the_operator(client, settings):
+    response = client.get("/healthz", **operator(settings))
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["status"] == "ok"
@@ -51,17 +64,44 @@ def test_healthz_reports_each_dependency(client):
 
 
 @pytest.mark.django_db
-def test_healthz_503_when_redis_is_unreachable(client):
+def test_healthz_503_when_redis_is_unreachable(client, settings):
     # A real refused connection: nothing listens on this port.
     with override_settings(SECKILL_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0"):
         reset_stock_redis()
-        response = client.get("/healthz")
+        public = client.get("/healthz")
+        response = client.get("/healthz", **operator(settings))
     reset_stock_redis()
+    assert (public.status_code, public.json()) == (503, {"status": "degraded"})
     assert response.status_code == 503
     body = response.json()
-    assert body["status"] == "down"
-    assert body["redis"]["status"] == "down"
+    assert body["status"] == "degraded"
+    assert body["redis"]["status"] == "down" and "Error" in body["redis"]["error"]
     assert body["database"]["status"] == "ok"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "", "Bearer", "Bearer ", "Bearer wrong", "Token test-metrics-token", "Basic dGVzdA==", "Bearer \udc80"],
+)
+def test_metrics_and_health_details_need_the_metrics_token(client, settings, authorization):
+    headers = {} if authorization is None else {"HTTP_AUTHORIZATION": authorization}
+    response = client.get("/metrics", **headers)
+    assert response.status_code == 401
+    assert response.json()["code"] == "not_authenticated"
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/healthz", **headers).json() == {"status": "ok"}
+    authorized = client.get("/metrics", **operator(settings))
+    assert authorized.status_code == 200
+    assert b"seckill_queue_depth" in authorized.content
+
+
+@pytest.mark.django_db
+def test_with_no_metrics_token_set_no_one_reads_the_metrics(client, settings):
+    settings.METRICS_TOKEN = ""
+    for authorization in ("Bearer ", "Bearer", "Bearer test-metrics-token"):
+        assert client.get("/metrics", HTTP_AUTHORIZATION=authorization).status_code == 401
+        assert client.get("/healthz", HTTP_AUTHORIZATION=authorization).json() == {"status": "ok"}
 
 
 @pytest.mark.django_db
@@ -89,7 +129,8 @@ def test_metrics_add_up_across_gunicorn_workers_and_logs_carry_request_ids(proce
         users = make_users(5)
         token = activity_token_ensure(activity_id=activity.pk)
         depth_key = ("seckill_queue_depth", (("queue", settings.CELERY_TASK_DEFAULT_QUEUE),))
-        queued_before = _samples(_request(f"{base}/metrics")[2].decode()).get(depth_key, 0)  # e.g. start tasks
+        scrape = {"Authorization": f"Bearer {settings.METRICS_TOKEN}"}
+        queued_before = _samples(_request(f"{base}/metrics", headers=scrape)[2].decode()).get(depth_key, 0)
         url = f"{base}/api/activities/{activity.pk}/purchase"
         statuses = [
             _request(url, body={"token": token}, headers={"Authorization": f"Token {token_of(u)}"})[0] for u in users
@@ -99,7 +140,8 @@ def test_metrics_add_up_across_gunicorn_workers_and_logs_carry_request_ids(proce
         assert dup[0] == 409
         assert _request(url, body={"token": token})[0] == 401
 
-        status, headers, text = _request(f"{base}/metrics")
+        assert _request(f"{base}/metrics")[0] == 401
+        status, headers, text = _request(f"{base}/metrics", headers=scrape)
         assert status == 200
         samples = _samples(text.decode())
         code = lambda c: samples.get(("seckill_purchase_total", (("code", c),)), 0)  # noqa: E731
@@ -108,7 +150,14 @@ def test_metrics_add_up_across_gunicorn_workers_and_logs_carry_request_ids(proce
         # No worker runs: the three reservations wait in the log, and the one drain task the
         # first of them asked for waits in the queue.
         assert samples[("seckill_reserved_not_ordered", (("activity", str(activity.pk)),))] == 3
-        assert samples[depth_key] == queued_before + 1
+        # The broker's reading is kept for a second per process: the new one comes.
+        wait_until(
+            lambda: (
+                _samples(_request(f"{base}/metrics", headers=scrape)[2].decode()).get(depth_key) == queued_before + 1
+            ),
+            timeout=30,
+            what="the queue depth to count the drain task",
+        )
         assert samples[("seckill_redis_breaker_state", ())] == 0
 
         status, headers, _ = _request(f"{base}/api/activities/999999/", headers={"X-Request-ID": "drill-req-42"})
@@ -119,3 +168,52 @@ def test_metrics_add_up_across_gunicorn_workers_and_logs_carry_request_ids(proce
         process.stop()
     lines = [json.loads(line) for line in process.log().splitlines() if line.startswith("{")]
     assert any(line["request_id"] == "drill-req-42" and "Not Found" in line["msg"] for line in lines), lines[-5:]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_polling_health_and_metrics_opens_no_broker_connection_per_call(process_logs, tmp_path):
+    """A broker of this test's own (a real redis-server), so that every connection it
+    receives is one the web process opened: polling reuses the process's connection."""
+    from kombu import Connection, Exchange, Queue
+
+    from devtools.embedded import redis_server_binary
+
+    from ..helpers import Process
+
+    port = free_port()
+    broker = Process(
+        "broker", [redis_server_binary(), "--port", str(port), "--save", "", "--appendonly", "no"], {}, tmp_path
+    ).start()
+    try:
+        admin = redis.Redis(port=port, db=settings.SECKILL_TEST_REDIS_DB + 1)
+        wait_until(lambda: _pings(admin), timeout=30, what="the test's broker")
+        broker_url = f"redis://127.0.0.1:{port}/0"  # the test settings use database N+1 of it
+        with Connection(f"redis://127.0.0.1:{port}/{settings.SECKILL_TEST_REDIS_DB + 1}") as conn:
+            queue = settings.CELERY_TASK_DEFAULT_QUEUE
+            Queue(queue, Exchange(queue), queue, channel=conn.default_channel).declare()  # as a worker would
+        process, base = start_gunicorn(
+            process_logs, workers=1, threads=4, env=subprocess_env(CELERY_BROKER_URL=broker_url)
+        )
+        try:
+            scrape = {"Authorization": f"Bearer {settings.METRICS_TOKEN}"}
+            assert _request(f"{base}/healthz", headers=scrape)[0] == 200
+            before = admin.info("stats")["total_connections_received"]
+            for _ in range(15):
+                status, _, body = _request(f"{base}/healthz", headers=scrape)
+                assert status == 200 and json.loads(body)["broker"]["status"] == "ok"
+                assert _request(f"{base}/metrics", headers=scrape)[0] == 200
+            after = admin.info("stats")["total_connections_received"]
+        finally:
+            process.stop()
+        # Our own INFO connection is one of them; 30 calls opening one each would be 30.
+        assert after - before <= 1, (before, after)
+    finally:
+        broker.stop()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False

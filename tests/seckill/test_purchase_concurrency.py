@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
+from django.conf import settings
 from django.db.models import Count, Sum
 
 from config.settings import base as production_defaults
@@ -55,11 +56,20 @@ class LiveStack:
 
 
 def _rabbitmq_checks(base: str, queue: str) -> Callable[[], None]:
+    operator = {"Authorization": f"Bearer {settings.METRICS_TOKEN}"}
+
+    def scrape(path: str) -> str:
+        with urllib.request.urlopen(urllib.request.Request(f"{base}{path}", headers=operator), timeout=30) as response:
+            return response.read().decode()
+
     def check():
-        with urllib.request.urlopen(f"{base}/healthz", timeout=30) as response:
-            assert json.loads(response.read())["broker"]["status"] == "ok"
-        with urllib.request.urlopen(f"{base}/metrics", timeout=30) as response:
-            assert f'seckill_queue_depth{{queue="{queue}"}} 0.0' in response.read().decode()
+        assert json.loads(scrape("/healthz"))["broker"]["status"] == "ok"
+        # Each process keeps its broker reading for a second.
+        wait_until(
+            lambda: f'seckill_queue_depth{{queue="{queue}"}} 0.0' in scrape("/metrics"),
+            timeout=30,
+            what="an empty queue in the metrics",
+        )
 
     return check
 
