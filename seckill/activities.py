@@ -1,21 +1,20 @@
-"""The sale's activities: create and edit them (an edit re-warms), schedule the start, make the
+"""The sale's activities: create and edit them (locked once warmed or started), schedule the start, make the
 purchase token at the start, the flag page's answer, and the admin's blacklist and shopper-profile writes."""
 
-import logging
 import secrets
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-import redis
 from django.conf import settings
 from django.db import transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from inventory.models import Product, SeckillStock
 from inventory.services import stock_create, stock_set_total
 from orders.models import Order
 
-from .lifecycle import WarmupError, _activity_relayout_logged, activity_start_schedule, activity_warmup
+from .lifecycle import _activity_relayout_logged, activity_start_schedule
 from .models import Activity
 from .selectors import (
     ActivitySnapshot,
@@ -24,8 +23,6 @@ from .selectors import (
     blacklist_forget,
     shopper_facts_forget,
 )
-
-logger = logging.getLogger(__name__)
 
 
 def activity_create(
@@ -65,14 +62,71 @@ def activity_create(
 
 _SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at"})
 
-# The shard count may change until this long before the start: the stock is laid out
-# again in Redis after the save, and every web process must see the new count (its
-# cached copy of the activity lives SECKILL_ACTIVITY_CACHE_TTL) before the first purchase.
+# The shard count may change until this long before the start: every web process must see
+# the new count (its cached copy of the activity lives SECKILL_ACTIVITY_CACHE_TTL) before
+# the first purchase.
 SHARDS_CHANGE_LEAD = timedelta(seconds=60)
+
+# What a reservation was made under: once the sale is warmed or has started, Redis holds
+# stock laid out from these and shoppers hold reservations charged at this price.
+LIVE_LOCKED_FIELDS = ("start_at", "seckill_price", "total_stock", "shards", "per_user_limit", "safety_stock")
+LIVE_LOCK_REASON = "cannot change once the sale is warmed or has started"
+# Units may be sold (database path) or ordered: the stock figures stay.
+_STOCK_FIELDS = ("total_stock", "safety_stock", "shards", "per_user_limit")
 
 
 class ActivityChangeRefused(Exception):
     """An edit that would break the running sale; nothing was saved."""
+
+
+def activity_is_live_locked(*, activity: Activity, now: datetime | None = None) -> bool:
+    """Warmed, started or ended: Redis may hold its stock and shoppers their reservations."""
+    now = now or timezone.now()
+    return activity.status != Activity.Status.SCHEDULED or activity.start_at <= now
+
+
+def activity_locked_fields(*, activity: Activity, now: datetime | None = None) -> dict[str, str]:
+    """The fields of the stored activity that may no longer change, each with why: the one
+    rule behind the admin's read-only fields and ``activity_save``'s refusals."""
+    now = now or timezone.now()
+    if activity.pk is None:
+        return {}
+    if activity_is_live_locked(activity=activity, now=now):
+        return dict.fromkeys(LIVE_LOCKED_FIELDS, LIVE_LOCK_REASON)
+    if Order.objects.filter(activity_id=activity.pk).exists():
+        return dict.fromkeys(_STOCK_FIELDS, "cannot change once an order exists")
+    if not activity_shards_changeable(activity=activity, now=now):
+        return {
+            "shards": (
+                f"stays {activity.shards}: it can change only until "
+                f"{int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, while no order exists"
+            )
+        }
+    return {}
+
+
+def activity_edit_refusal(
+    *, stored: Activity, changed: list[str], end_at: datetime | None, start_at: datetime, now: datetime
+) -> str | None:
+    """Why an edit of ``stored`` is refused (None: it may be saved). ``changed``: the fields
+    the edit changes; ``end_at`` and ``start_at``: their edited values."""
+    locked = activity_locked_fields(activity=stored, now=now)
+    reasons: dict[str, list[str]] = {}
+    for name in changed:
+        if name in locked:
+            label = getattr(Activity._meta.get_field(name), "verbose_name", name)
+            reasons.setdefault(locked[name], []).append(str(label))
+    refusals = [f"{', '.join(labels)} {reason}" for reason, labels in reasons.items()]
+    if "shards" in changed and "shards" not in locked and start_at - SHARDS_CHANGE_LEAD <= now:
+        refusals.append(
+            f"stock shards stays {stored.shards}: it can change only until "
+            f"{int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start"
+        )
+    # Earlier than stored (to the second: the form has no microseconds) and past.
+    moved_earlier = end_at is not None and end_at < stored.end_at.replace(microsecond=0)
+    if moved_earlier and end_at is not None and end_at <= now and activity_is_live_locked(activity=stored, now=now):
+        refusals.append('The end cannot move into the past (it may move later; "End now and clean up" ends the sale)')
+    return "; ".join(refusals) or None
 
 
 def activity_shards_changeable(*, activity: Activity, now: datetime | None = None) -> bool:
@@ -86,22 +140,20 @@ def activity_shards_changeable(*, activity: Activity, now: datetime | None = Non
 def activity_save(*, activity: Activity) -> Activity:
     """Save an activity edited in admin and keep its stock row in step.
 
-    The total may change only while nothing is sold (enforced by the stock service).
-    A warmed activity whose total or safety stock changed is warmed again, so that
-    Redis never sells what the database no longer has. The shard count may change only
-    while ``activity_shards_changeable`` (and the new start is as far away); on a
-    warmed activity the stock is then laid out again (``activity_stock_relayout``).
-    Raises ActivityChangeRefused otherwise, before anything is written.
+    Refused (ActivityChangeRefused, nothing written) when the edit changes a field
+    ``activity_locked_fields`` locks, or moves a live sale's end into the past. So the
+    stock, the layout and the price change only before the warm-up and the start, while
+    no shopper can have reserved: every check of a shard change is a database fact read
+    here, before anything is written. After the commit the old layout's keys that a
+    failed warm-up may have left are removed (``activity_stock_relayout``).
     """
     stored = Activity.objects.filter(pk=activity.pk).first()
-    if stored is not None and stored.shards != activity.shards:
-        now = timezone.now()
-        if not (activity_shards_changeable(activity=stored, now=now) and activity.start_at - SHARDS_CHANGE_LEAD > now):
-            raise ActivityChangeRefused(
-                f"the shard count stays {stored.shards}: it can change only until "
-                f"{int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, while no order exists"
-            )
     with transaction.atomic():
+        if stored is not None:
+            # Row-locked: a warm-up's status update waits for this edit, or this edit sees it.
+            stored = Activity.objects.select_for_update().get(pk=activity.pk)
+            _refuse_locked_edit(stored=stored, activity=activity)
+        relayout = stored is not None and stored.shards != activity.shards
         if activity._state.adding:
             activity.save()
         else:
@@ -117,22 +169,21 @@ def activity_save(*, activity: Activity) -> Activity:
         elif stock.total != activity.total_stock:
             stock_set_total(activity_id=activity.pk, total=activity.total_stock)
         activity_start_schedule(activity_id=activity.pk)
-    activity_snapshot_forget(activity.pk)
-    if stored is not None and stored.status == Activity.Status.WARMED:
-        # After the commit: the admin saves inside a transaction, and Redis waits for none.
-        if stored.shards != activity.shards:
+        if relayout and stored is not None:
             old_shards = stored.shards
+            # After the commit: Redis waits for no transaction.
             transaction.on_commit(lambda: _activity_relayout_logged(activity_id=activity.pk, old_shards=old_shards))
-        elif (stored.total_stock, stored.safety_stock) != (activity.total_stock, activity.safety_stock):
-            transaction.on_commit(lambda: _activity_rewarm_logged(activity_id=activity.pk))
+    activity_snapshot_forget(activity.pk)
     return activity
 
 
-def _activity_rewarm_logged(*, activity_id: int) -> None:
-    try:
-        activity_warmup(activity_id=activity_id, force=True)
-    except (WarmupError, redis.RedisError) as exc:  # the autowarm task and the operator can retry
-        logger.error("re-warm after an edit of activity %s failed: %s", activity_id, exc)
+def _refuse_locked_edit(*, stored: Activity, activity: Activity) -> None:
+    changed = [name for name in LIVE_LOCKED_FIELDS if getattr(stored, name) != getattr(activity, name)]
+    refusal = activity_edit_refusal(
+        stored=stored, changed=changed, end_at=activity.end_at, start_at=activity.start_at, now=timezone.now()
+    )
+    if refusal:
+        raise ActivityChangeRefused(refusal)
 
 
 def activity_token_ensure(*, activity_id: int, now: datetime | None = None) -> str | None:
@@ -143,9 +194,12 @@ def activity_token_ensure(*, activity_id: int, now: datetime | None = None) -> s
     every request whose cached activity has no token yet lands here: a caller that finds
     the token stored costs one SELECT, and only the one UPDATE that wrote it drops the
     cached copies (each drop makes every process read the activity again).
+
+    Started means started by the database's clock (``Now()`` in the queries), not by the
+    caller's ``now``: web processes whose clocks drift cannot open the sale early, and all
+    callers agree on the moment.
     """
-    now = now or timezone.now()
-    started = Activity.objects.filter(pk=activity_id, start_at__lte=now)
+    started = Activity.objects.filter(pk=activity_id, start_at__lte=Now())
     stored = started.values_list("purchase_token", flat=True).first()
     if stored is not None:
         # Another caller created it: this process's copy is stale, the shared one is not.

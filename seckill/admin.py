@@ -1,7 +1,12 @@
+from typing import cast
+
 import redis
+from django import forms
 from django.contrib import admin, messages
-from django.db.models import Count, Q
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Field, Q
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from inventory.models import SeckillStock
@@ -11,8 +16,9 @@ from orders.models import Order
 from .activities import (
     SHARDS_CHANGE_LEAD,
     ActivityChangeRefused,
+    activity_edit_refusal,
+    activity_locked_fields,
     activity_save,
-    activity_shards_changeable,
     blacklist_entries_delete,
     blacklist_entry_save,
     shopper_profile_save,
@@ -33,6 +39,41 @@ class SeckillStockInline(admin.StackedInline):
 
     def has_add_permission(self, request, obj=None):
         return False
+
+
+def _stored(obj: Activity) -> Activity:
+    """The row as stored: a refused form has written its posted values into ``obj``."""
+    return Activity.objects.filter(pk=obj.pk).first() or obj
+
+
+class _LockedFieldsForm(forms.ModelForm):
+    """Refuses, with the service's words, a posted change of a field that is locked."""
+
+    locked_fields: dict[str, forms.Field] = {}
+    stored: Activity
+
+    def clean(self):
+        cleaned = super().clean() or {}
+        changed = [name for name, field in self.locked_fields.items() if self._posted_change(name, field)]
+        refusal = activity_edit_refusal(
+            stored=self.stored,
+            changed=changed,
+            end_at=cleaned.get("end_at"),
+            start_at=self.stored.start_at,
+            now=timezone.now(),
+        )
+        if refusal:
+            raise ValidationError(f"Not saved: {refusal}.")
+        return cleaned
+
+    def _posted_change(self, name: str, field: forms.Field) -> bool:
+        posted = field.widget.value_from_datadict(self.data, self.files, self.add_prefix(name))
+        if posted is None or (isinstance(posted, list) and not any(posted)):
+            return False  # not posted: the page showed it read-only
+        initial = getattr(self.stored, name)
+        if hasattr(initial, "microsecond"):
+            initial = initial.replace(microsecond=0)  # as the page showed it
+        return field.has_changed(initial, posted)
 
 
 @admin.register(Activity)
@@ -61,7 +102,17 @@ class ActivityAdmin(admin.ModelAdmin):
     inlines = [SeckillStockInline]
     actions = ["warm_up", "force_rewarm", "end_and_clean_up", "publish"]
     fieldsets = [
-        (None, {"fields": ["title", "product", "seckill_price", "start_at", "end_at"]}),
+        (
+            None,
+            {
+                "fields": ["title", "product", "seckill_price", "start_at", "end_at"],
+                "description": (
+                    "The start, the seckill price and the stock fields are locked once the sale is warmed or has "
+                    "started: reservations are made and charged under them. The end may then move later, "
+                    'never into the past (use "End now and clean up").'
+                ),
+            },
+        ),
         (
             "Stock",
             {
@@ -69,7 +120,7 @@ class ActivityAdmin(admin.ModelAdmin):
                 "description": (
                     "Shards split the stock over several Redis keys (for a Redis Cluster; 1 is the fast default). "
                     f"They can change until {int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, "
-                    "while no order exists; a warmed activity is then warmed again over the new count."
+                    "while no order exists and the sale is not warmed; the warm-up lays the stock out over them."
                 ),
             },
         ),
@@ -138,20 +189,27 @@ class ActivityAdmin(admin.ModelAdmin):
             activity_save(activity=obj)
         except InsufficientStock as exc:
             messages.error(request, f"Stock not changed: {exc}.")
-        except ActivityChangeRefused as exc:
+        except ActivityChangeRefused as exc:  # the form refused it already, unless it changed meanwhile
             messages.error(request, f"Not saved: {exc}.")
-        else:
-            if change and "shards" in form.changed_data and obj.status == Activity.Status.WARMED:
-                messages.info(request, f"The stock is being warmed again over {obj.shards} shard(s).")
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
-        # Once the sale has started, reservations may exist that are not orders yet.
-        if obj is not None and (obj.phase != Activity.Phase.UPCOMING or obj.orders.exists()):
-            fields += ["total_stock", "safety_stock", "shards", "per_user_limit"]
-        elif obj is not None and not activity_shards_changeable(activity=obj):
-            fields.append("shards")  # the start is too close to lay the stock out again
+        if obj is not None:
+            fields += activity_locked_fields(activity=_stored(obj))
         return fields
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is None:
+            return form
+        stored = _stored(obj)
+        # The locked fields are read-only, so the form ignores them; a page opened before
+        # the lock still posts them, and that change is refused aloud, not dropped silently.
+        locked = {
+            name: self.formfield_for_dbfield(cast(Field, Activity._meta.get_field(name)), request)
+            for name in activity_locked_fields(activity=stored)
+        }
+        return type(form.__name__, (_LockedFieldsForm, form), {"locked_fields": locked, "stored": stored})
 
     def _run(self, request, queryset, action, verb):
         for activity in queryset:
@@ -184,7 +242,7 @@ class ActivityAdmin(admin.ModelAdmin):
             "end",
         )
 
-    @admin.action(description="Publish the activity page (static files for a CDN origin)")
+    @admin.action(description="Publish the activity page (static files for a CDN origin)", permissions=["change"])
     def publish(self, request, queryset):
         for activity in queryset:
             paths = activity_page_publish(activity_id=activity.pk)

@@ -1,7 +1,7 @@
 """Changing an activity's shard count (Activity.shards): allowed until a minute before the
-start while no order exists, and then the stock is laid out again in Redis from the
-database, with no unit left in a key the purchase no longer reads; refused afterwards,
-in the service and in the admin alike."""
+start while the sale is not warmed and no order exists, the warm-up then lays the stock out
+over the new count, with no unit left in a key the purchase no longer reads; refused
+otherwise, before anything is written, in the service and in the admin alike."""
 
 from datetime import timedelta
 
@@ -10,6 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from seckill.activities import ActivityChangeRefused, activity_save
+from seckill.lifecycle import activity_warmup
 from seckill.models import Activity
 from seckill.selectors import activity_snapshot_forget, redis_remaining
 from stock.keys import ActivityKeys
@@ -41,18 +42,17 @@ def sell_out(activity, users) -> list[int]:
     return [reserve(activity, u.pk).code for u in users]
 
 
-@pytest.mark.django_db(transaction=True)  # the stock is laid out again on commit
-def test_8_to_1_shard_before_the_start_moves_every_unit_to_the_single_key():
-    activity = make_activity(stock=40, started=False, shards=8)
-    assert shard_stocks(activity) == [5] * 8
+@pytest.mark.django_db(transaction=True)  # the old layout's keys go on commit
+def test_8_to_1_shard_before_the_warm_up_lays_every_unit_in_the_single_key():
+    activity = make_activity(stock=40, started=False, warm=False, shards=8)
     activity.shards = 1
 
     activity_save(activity=activity)
+    activity_warmup(activity_id=activity.pk)
 
     activity.refresh_from_db()
     assert activity.status == Activity.Status.WARMED
     assert shard_stocks(activity) == [40]
-    assert stock_keys_left(activity.pk, 8) == [ActivityKeys(activity.pk).stock, ActivityKeys(activity.pk).loaded]
     assert redis_remaining(activity.pk) == 40
     open_sale(activity)
     codes = sell_out(activity, make_users(41))
@@ -61,11 +61,12 @@ def test_8_to_1_shard_before_the_start_moves_every_unit_to_the_single_key():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_1_to_8_shards_before_the_start_warms_every_new_shard():
-    activity = make_activity(stock=16, started=False)
+def test_1_to_8_shards_before_the_warm_up_warms_every_new_shard():
+    activity = make_activity(stock=16, started=False, warm=False)
     activity.shards = 8
 
     activity_save(activity=activity)
+    activity_warmup(activity_id=activity.pk)
 
     activity.refresh_from_db()
     assert activity.status == Activity.Status.WARMED
@@ -80,27 +81,52 @@ def test_1_to_8_shards_before_the_start_warms_every_new_shard():
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("start_in", [timedelta(seconds=-5), timedelta(seconds=30)], ids=["started", "too_close"])
-def test_the_service_refuses_a_shard_change_once_the_sale_is_about_to_start(start_in):
-    activity = make_activity(stock=16, shards=8, start_at=timezone.now() + start_in)
-    assert shard_stocks(activity) == [2] * 8
+def test_a_shard_change_removes_the_keys_a_failed_warm_up_left_in_the_old_layout():
+    activity = make_activity(stock=40, started=False, shards=8)
+    # The warm-up wrote the shards but did not finish: the activity is not warmed.
+    Activity.objects.filter(pk=activity.pk).update(status=Activity.Status.SCHEDULED)
+    activity.refresh_from_db()
+    activity.shards = 1
+
+    activity_save(activity=activity)
+
+    assert stock_keys_left(activity.pk, 8) == []  # no unit left in a key the purchase no longer reads
+    activity_warmup(activity_id=activity.pk)
+    activity.refresh_from_db()
+    assert shard_stocks(activity) == [40]
+    assert stock_keys_left(activity.pk, 8) == [ActivityKeys(activity.pk).stock, ActivityKeys(activity.pk).loaded]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("start_in", "warm", "refusal"),
+    [
+        (timedelta(seconds=-5), True, "stock shards cannot change once the sale is warmed or has started"),
+        (timedelta(hours=1), True, "stock shards cannot change once the sale is warmed or has started"),
+        (timedelta(seconds=30), False, "stock shards stays 8"),
+    ],
+    ids=["started", "warmed", "too_close"],
+)
+def test_the_service_refuses_a_shard_change_once_the_sale_is_warmed_or_about_to_start(start_in, warm, refusal):
+    activity = make_activity(stock=16, shards=8, start_at=timezone.now() + start_in, warm=warm)
+    keys_before = stock_keys_left(activity.pk, 8)
     activity.shards = 1
     activity.title = "Renamed"
 
-    with pytest.raises(ActivityChangeRefused, match="shard count stays 8"):
+    with pytest.raises(ActivityChangeRefused, match=refusal):
         activity_save(activity=activity)
 
     stored = Activity.objects.get(pk=activity.pk)
     assert (stored.shards, stored.title) == (8, "Test sale")  # nothing saved
-    assert shard_stocks(stored) == [2] * 8
+    assert stock_keys_left(activity.pk, 8) == keys_before  # and nothing removed after
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_service_refuses_to_move_the_start_close_with_a_shard_change():
-    activity = make_activity(stock=16, started=False, shards=8)
+    activity = make_activity(stock=16, started=False, warm=False, shards=8)
     activity.shards = 2
     activity.start_at = timezone.now() + timedelta(seconds=10)
-    with pytest.raises(ActivityChangeRefused):
+    with pytest.raises(ActivityChangeRefused, match="stock shards stays 8"):
         activity_save(activity=activity)
     assert Activity.objects.get(pk=activity.pk).shards == 8
 
@@ -119,35 +145,34 @@ def change_form(activity, **overrides) -> dict:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_admin_changes_the_shards_of_a_warmed_upcoming_sale_and_rewarms_it(merchant):
-    activity = make_activity(stock=40, started=False, shards=8)
+def test_admin_changes_the_shards_of_an_upcoming_sale_not_yet_warmed(merchant):
+    activity = make_activity(stock=40, started=False, warm=False, shards=8)
     url = f"/admin/seckill/activity/{activity.pk}/change/"
     page = merchant.get(url).content.decode()
     assert 'name="shards"' in page and "seconds before the start" in page
 
-    response = merchant.post(url, change_form(activity, shards="1"), follow=True)
+    response = merchant.post(url, change_form(activity, shards="1"))
 
-    assert response.status_code == 200
-    assert any("warmed again over 1 shard" in str(m) for m in response.context["messages"])
+    assert response.status_code == 302, response.content.decode()[-3000:]
     activity.refresh_from_db()
-    assert (activity.shards, activity.status) == (1, Activity.Status.WARMED)
+    assert (activity.shards, activity.status) == (1, Activity.Status.SCHEDULED)
+    activity_warmup(activity_id=activity.pk)
     assert shard_stocks(activity) == [40]
-    assert stock_keys_left(activity.pk, 8) == [ActivityKeys(activity.pk).stock, ActivityKeys(activity.pk).loaded]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_admin_shows_the_shards_read_only_once_the_start_is_near(merchant):
-    near = make_activity(stock=16, shards=8, start_at=timezone.now() + timedelta(seconds=30))
+    near = make_activity(stock=16, shards=8, warm=False, start_at=timezone.now() + timedelta(seconds=30))
     url = f"/admin/seckill/activity/{near.pk}/change/"
     page = merchant.get(url).content.decode()
     assert 'name="shards"' not in page and 'name="total_stock"' in page
 
-    # A posted shard count is ignored: the field is read-only on the server too.
+    # A page opened earlier still posts a shard count: refused aloud, nothing saved.
     response = merchant.post(url, change_form(near, shards="1"))
-    assert response.status_code == 302
+    assert response.status_code == 200 and "stock shards stays 8" in response.content.decode()
     near.refresh_from_db()
-    assert near.shards == 8 and shard_stocks(near) == [2] * 8
+    assert near.shards == 8
 
-    live = make_activity(stock=16, shards=8)
-    page = merchant.get(f"/admin/seckill/activity/{live.pk}/change/").content.decode()
-    assert 'name="shards"' not in page
+    for locked in (make_activity(stock=16, shards=8), make_activity(stock=16, shards=8, started=False)):
+        page = merchant.get(f"/admin/seckill/activity/{locked.pk}/change/").content.decode()
+        assert 'name="shards"' not in page

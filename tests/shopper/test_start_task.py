@@ -31,7 +31,8 @@ def test_the_start_task_creates_the_token_at_the_start_without_any_request(celer
 @pytest.mark.slow
 def test_a_start_moved_later_is_rescheduled_and_the_early_task_does_nothing(celery_worker):
     start = timezone.now() + timedelta(seconds=3)
-    activity = make_activity(started=False, start_at=start, end_at=start + timedelta(hours=1))
+    # Not warmed: a warmed sale's start is locked.
+    activity = make_activity(started=False, warm=False, start_at=start, end_at=start + timedelta(hours=1))
     activity.start_at = timezone.now() + timedelta(hours=1)
     activity_save(activity=activity)
     wait_until(
