@@ -8,6 +8,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from inventory.models import Product, SeckillStock

@@ -72,6 +72,7 @@ class ActivityListApi(APIView):
     in DRF's page style; ``?page=N``."""
 
     @extend_schema(
+        operation_id="activities_list",
         parameters=[OpenApiParameter("page", int, description="page number, from 1")],
         responses={
             200: inline_serializer(

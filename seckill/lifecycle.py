@@ -10,6 +10,7 @@ import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from orders.models import Order

@@ -13,7 +13,9 @@ def default_pay_timeout() -> int:
     return settings.SECKILL_DEFAULT_PAY_TIMEOUT
 
 
-RATE_RE = re.compile(r"^\d+/\d*[smhd]$")
+# At least one request per window, and a window of at least one period: "0/s" would
+# refuse everything and "10/0s" would limit nothing.
+RATE_RE = re.compile(r"^0*[1-9]\d*/(0*[1-9]\d*)?[smhd]\Z")
 
 
 def validate_rate(value: str) -> None:

@@ -1,8 +1,9 @@
 """Production: everything comes from the environment; nothing embedded starts.
 
 `python manage.py check --deploy` passes with no warning (tests/gates/test_deployment.py)
-as long as TLS is on (the default). DJANGO_SECURE_SSL_REDIRECT=false serves plain HTTP behind
-a TLS-terminating proxy or on loopback, and then the cookies cannot be marked secure.
+as long as TLS is on (the default). DJANGO_SECURE_SSL_REDIRECT=false leaves the redirect to a
+TLS-terminating proxy; the cookies stay Secure and HSTS stays on unless their own variables
+(DJANGO_SECURE_COOKIES, DJANGO_SECURE_HSTS_SECONDS) turn them off, e.g. for plain HTTP on loopback.
 """
 
 from django.core.exceptions import ImproperlyConfigured
@@ -27,13 +28,20 @@ globals().update(email_settings(EMAIL_URL))
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
-SESSION_COOKIE_SECURE = SECURE_SSL_REDIRECT
-CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT
-SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=60 * 60 * 24 * 365 if SECURE_SSL_REDIRECT else 0)
+# Not tied to the redirect: behind a TLS-terminating proxy the shopper still speaks HTTPS.
+SECURE_COOKIES = env.bool("DJANGO_SECURE_COOKIES", default=True)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+LANGUAGE_COOKIE_SECURE = SECURE_COOKIES
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=60 * 60 * 24 * 365)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=SECURE_HSTS_SECONDS > 0)
 SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=SECURE_HSTS_SECONDS > 0)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
+# Not HttpOnly: the cached activity page's script reads and writes it (static/seckill/shop.js,
+# Secure over HTTPS); it holds a language code, nothing secret.
+LANGUAGE_COOKIE_HTTPONLY = False
+LANGUAGE_COOKIE_SAMESITE = "Lax"
 X_FRAME_OPTIONS = "DENY"

@@ -45,7 +45,8 @@
     const here = document.querySelector("[data-language]#sale")?.dataset.language;
     links.forEach((a) =>
       a.addEventListener("click", () => {
-        document.cookie = `${cookieName}=${a.dataset.language}; path=/; max-age=31536000; samesite=lax`;
+        const secure = window.location.protocol === "https:" ? "; secure" : "";
+        document.cookie = `${cookieName}=${a.dataset.language}; path=/; max-age=31536000; samesite=lax${secure}`;
       })
     );
     let wanted = cookie(cookieName);
