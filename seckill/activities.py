@@ -8,7 +8,6 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from inventory.models import Product, SeckillStock

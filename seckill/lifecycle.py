@@ -10,7 +10,6 @@ import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from orders.models import Order
