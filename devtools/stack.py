@@ -99,6 +99,9 @@ def main() -> int:
         _say(
             f"ready: shop at http://127.0.0.1:{port}/  admin at http://127.0.0.1:{port}/admin/  API docs at /api/docs/"
         )
+        if not env.get("METRICS_TOKEN"):
+            _say("/metrics answers 401 without METRICS_TOKEN: run METRICS_TOKEN=<token> make run, then")
+            _say(f"  curl -H 'Authorization: Bearer <token>' http://127.0.0.1:{port}/metrics")
         _say("press Ctrl-C to stop everything")
         while not stopping:
             for name, proc in children.items():

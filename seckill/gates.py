@@ -55,9 +55,20 @@ def _optional_text(data: dict, field: str, *, number_ok: bool = False) -> str | 
         return None
     if number_ok and isinstance(value, int) and not isinstance(value, bool):
         value = str(value)  # an arithmetic answer may come as a number
-    if not isinstance(value, str) or len(value) > MAX_CAPTCHA_FIELD_LENGTH:
-        raise ApiError(400, "invalid_request", f"{field} must be a string of at most {MAX_CAPTCHA_FIELD_LENGTH}.")
+    # A lone surrogate ("\ud800" is valid JSON) is no text: no Redis key can be made of it.
+    if not isinstance(value, str) or len(value) > MAX_CAPTCHA_FIELD_LENGTH or not _is_text(value):
+        raise ApiError(
+            400, "invalid_request", f"{field} must be a string of at most {MAX_CAPTCHA_FIELD_LENGTH} characters."
+        )
     return value.strip() or None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def purchase_body_parse(data, *, activity: ActivitySnapshot) -> PurchaseBody:
