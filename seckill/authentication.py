@@ -8,16 +8,30 @@ deleted token, a deactivated user or a session invalidated by a password change 
 working within that time.
 
 A token a process has not seen yet (in a flash crowd: nearly every purchase, one per
-shopper) is looked up in the cache Redis before PostgreSQL: one GET instead of a query,
-shared by every web process. Tokens enter it when created (signal), on a database
-lookup, and in bulk before a sale (``manage.py token_cache_fill``); deleting a token or
-saving its user inactive removes it at once. A change that bypasses model signals
-(``QuerySet.update``) is seen after SECKILL_TOKEN_SHARED_TTL (default 6 h).
+shopper) is looked up in the cache Redis before PostgreSQL: one call of
+stock/lua/shopper_gate.lua instead of a query, shared by every web process. Tokens enter
+it when created (signal), on a database lookup, and in bulk before a sale
+(``manage.py token_cache_fill``); deleting a token or saving its user inactive removes it
+at once. A change that bypasses model signals (``QuerySet.update``) is seen after
+SECKILL_TOKEN_SHARED_TTL (default 6 h). Each entry carries an HMAC (a key derived from
+SECRET_KEY) over the token's digest and the user: an entry written by anyone else names
+nobody, and the database decides.
+
+A made-up token costs no query: the token filter (a Bloom filter of every token's digest,
+sized by ``token_cache_fill``, kept by the signals) refuses nearly all of them in the same
+call, a token the database refused is remembered for SECKILL_TOKEN_REFUSED_TTL in Redis and
+in the process, and an address past SECKILL_AUTH_FAILURES_PER_IP failed authentications is
+answered 429 without the database. A real token is never refused by the filter: every
+token is added before its creation returns, and a filter that is missing lets every token
+through to the lookup.
 """
 
 import hashlib
+import hmac
 import logging
+import math
 from collections.abc import Iterable
+from typing import NoReturn
 
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
@@ -25,19 +39,35 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from django.utils.crypto import salted_hmac
 from django_redis import get_redis_connection
 from drf_spectacular.authentication import SessionScheme
 from redis import RedisError
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.authtoken.models import Token
+from rest_framework.exceptions import AuthenticationFailed
 
+from core.errors import ApiError
 from core.memory import ProcessMemory
+from stock.scripts import (
+    GATE_OVER_FAILURES,
+    GATE_UNKNOWN_TOKEN,
+    GateReply,
+    RateLimit,
+    TokenFilter,
+    TokenLookup,
+    run_shopper_gate,
+    run_token_filter_add,
+)
+
+from .breaker import redis_away
 
 logger = logging.getLogger(__name__)
 
-# ("token", key) -> TokenShopper, ("session", user id, auth hash) -> User; never None.
+# ("token", key) -> TokenShopper or REFUSED, ("session", user id, auth hash) -> User.
 _memory: ProcessMemory[tuple, object] = ProcessMemory("seckill.authentication", max_entries=100_000)
 _cached = _memory.get
+REFUSED = "refused"  # a token the database refused moments ago
 
 
 def _remember(key, user) -> None:
@@ -73,40 +103,150 @@ class TokenShopper:
         return self._user
 
 
-# --- the shared cache: token digest -> "user_id:username" in the cache Redis -----------
+# --- the shared cache: token digest -> "user_id:username:mac" in the cache Redis -------
 
 SHARED_PREFIX = "auth:token:"
+REFUSED_PREFIX = "auth:refused:"
+TOKEN_FILTER = TokenFilter("auth:filter", "auth:filter:params")
+TOKEN_FILTER_NEXT = TokenFilter("auth:filter:next", "auth:filter:next:params")  # while a fill rebuilds it
+# The filter holds at least this many tokens, and twice those there are: room to grow
+# before its false-positive rate rises above SECKILL_TOKEN_FILTER_ERROR_RATE.
+TOKEN_FILTER_MIN_CAPACITY = 100_000
+_MAX_FILTER_BITS = 2**32 - 1  # a Redis string's limit (512 MB)
+
+
+def _digest(key: str) -> str:
+    # A digest, not the credential: a reader of Redis cannot use what it finds there.
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
 
 
 def token_shared_key(key: str) -> str:
-    # A digest, not the credential: a reader of Redis cannot use what it finds there.
-    return SHARED_PREFIX + hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
+    return SHARED_PREFIX + _digest(key)
 
 
-def _shared_get(key: str):
-    try:
-        value = get_redis_connection("default").get(token_shared_key(key))
-    except RedisError as exc:
-        logger.warning("shared token cache not read: %s", exc)
+def _token_filter_hashes(digest: str) -> tuple[int, int]:
+    # Double hashing (Kirsch-Mitzenmacher): bit i is (h1 + i * h2) % bits; h2 odd.
+    return int(digest[:8], 16), int(digest[8:16], 16) | 1
+
+
+def token_filter_size(capacity: int, error_rate: float) -> tuple[int, int]:
+    """(bits, hashes) of a Bloom filter holding ``capacity`` items at ``error_rate``."""
+    bits = math.ceil(-capacity * math.log(error_rate) / math.log(2) ** 2)
+    bits = min(bits, _MAX_FILTER_BITS)
+    return bits, max(1, round(bits / capacity * math.log(2)))
+
+
+def _entry_mac(digest: str, user_id: int, username: str) -> str:
+    message = f"{digest}:{user_id}:{username}"
+    return salted_hmac("seckill.authentication.token-entry", message, algorithm="sha256").hexdigest()[:32]
+
+
+def _entry(key: str, user_id: int, username: str) -> str:
+    return f"{user_id}:{username}:{_entry_mac(_digest(key), user_id, username)}"
+
+
+def _shopper_of_entry(key: str, entry: str) -> TokenShopper | None:
+    """The shopper an entry names, if this project wrote it for this token; else None."""
+    head, _, mac = entry.rpartition(":")
+    user_id, _, username = head.partition(":")
+    if not user_id.isdigit() or not hmac.compare_digest(mac, _entry_mac(_digest(key), int(user_id), username)):
+        logger.warning("a shared token cache entry with a wrong signature was ignored")
         return None
-    return None if value is None else _shopper_of_entry(value.decode())
-
-
-def _shopper_of_entry(entry: str) -> TokenShopper:
-    user_id, _, username = entry.partition(":")
     return TokenShopper(int(user_id), username)
 
 
+def token_lookup(key: str, failures: RateLimit | None) -> TokenLookup:
+    """What the gate script needs to look ``key`` up (and count its failure against
+    ``failures``, the client address's counter)."""
+    digest = _digest(key)
+    return TokenLookup(
+        entry=SHARED_PREFIX + digest,
+        refused=REFUSED_PREFIX + digest,
+        filter=TOKEN_FILTER,
+        hashes=_token_filter_hashes(digest),
+        refused_ms=max(1, int(settings.SECKILL_TOKEN_REFUSED_TTL * 1000)),
+        failures=failures,
+    )
+
+
 def token_known(key: str) -> TokenShopper | None:
-    """The shopper of a token this process remembers, without any I/O."""
+    """The shopper of a token this process remembers, without any I/O; AuthenticationFailed
+    for a token it remembers refused."""
     known = _cached(("token", key))
+    if known == REFUSED:
+        raise AuthenticationFailed("Invalid token.")
     return known if isinstance(known, TokenShopper) else None  # what ("token", key) holds, or None
 
 
-def token_shopper_from_entry(key: str, entry: str) -> TokenShopper:
-    """The shopper of a token whose shared-cache entry the caller read (the purchase's
-    gate script); remembered in this process like any other lookup."""
-    known = _shopper_of_entry(entry)
+def _refuse(key: str) -> NoReturn:
+    _memory.put(("token", key), REFUSED, min(settings.SECKILL_TOKEN_REFUSED_TTL, settings.SECKILL_TOKEN_CACHE_TTL))
+    raise AuthenticationFailed("Invalid token.")
+
+
+def _too_many_failures(ms_left: int) -> ApiError:
+    return ApiError(
+        429,
+        "rate_limited",
+        "Too many failed authentications from your address; please wait.",
+        retry_after=max(1, math.ceil(ms_left / 1000)),
+    )
+
+
+def _gate_lookup(key: str, failures: RateLimit | None, *, refused: bool = False) -> GateReply | None:
+    """The token looked up in the cache Redis (or, ``refused``, its refusal recorded);
+    None when Redis is away."""
+    if redis_away():
+        return None
+    try:
+        return run_shopper_gate(
+            get_redis_connection("default"),
+            lookup=token_lookup(key, failures),
+            user_id=None,
+            count=False,
+            per_user=None,
+            per_address=None,
+            refused=refused,
+        )
+    except RedisError as exc:
+        logger.warning("shared token cache not read: %s", exc)
+        return None
+
+
+def token_shopper_of_reply(
+    key: str, reply: GateReply | None, *, failures: RateLimit | None
+) -> tuple[TokenShopper, bool]:
+    """The shopper of a token the gate script looked up (``reply``; None: Redis away), and
+    whether the reply is the token's own entry (its counts apply). The database answers
+    when the cache may hold the token but does not (or holds an entry nobody signed).
+    Raises AuthenticationFailed (401) or ApiError 429 (the address failed too often)."""
+    if reply is not None:
+        if reply.over == GATE_UNKNOWN_TOKEN:
+            _refuse(key)
+        if reply.over == GATE_OVER_FAILURES:
+            raise _too_many_failures(reply.ms_left)
+        if reply.shopper is not None:
+            known = _shopper_of_entry(key, reply.shopper)
+            if known is not None:
+                _remember(("token", key), known)
+                return known, True
+    return _token_shopper_from_database(key, failures=failures, redis_up=reply is not None), False
+
+
+def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_up: bool) -> TokenShopper:
+    # One plain SQL statement, not an ORM query.
+    with connection.cursor() as cursor:
+        cursor.execute(_token_user_sql(), [key])
+        row = cursor.fetchone()
+    if row is None:
+        reply = _gate_lookup(key, failures, refused=True) if redis_up else None
+        if reply is not None and reply.over == GATE_OVER_FAILURES:
+            raise _too_many_failures(reply.ms_left)
+        _refuse(key)
+    known = TokenShopper(*row)
+    try:
+        token_shared_remember([(key, *row)])
+    except RedisError as exc:
+        logger.warning("shared token cache not written: %s", exc)
     _remember(("token", key), known)
     return known
 
@@ -118,7 +258,7 @@ def token_shared_remember(entries: Iterable[tuple[str, int, str]]) -> int:
     done = 0
     pipe = client.pipeline(transaction=False)
     for key, user_id, username in entries:
-        pipe.set(token_shared_key(key), f"{user_id}:{username}", ex=ttl)
+        pipe.set(token_shared_key(key), _entry(key, user_id, username), ex=ttl)
         done += 1
         if done % 1000 == 0:
             pipe.execute()
@@ -126,29 +266,69 @@ def token_shared_remember(entries: Iterable[tuple[str, int, str]]) -> int:
     return done
 
 
+def token_filter_add(keys: list[str]) -> None:
+    """Tokens into the filter (and the next one while a fill builds it); what the
+    refused-token cache remembers of them is forgotten."""
+    if not keys:
+        return
+    client = get_redis_connection("default")
+    digests = [_digest(key) for key in keys]
+    run_token_filter_add(client, [TOKEN_FILTER, TOKEN_FILTER_NEXT], [_token_filter_hashes(d) for d in digests])
+    client.delete(*[REFUSED_PREFIX + d for d in digests])
+
+
 def token_shared_fill(*, progress=None, chunk: int = 5000) -> int:
-    """Every active user's token into the shared cache (``manage.py token_cache_fill``,
-    before a sale); ``progress(done)`` is called after each chunk."""
+    """Every active user's token into the shared cache and every token into a new filter
+    that replaces the old one at the end (``manage.py token_cache_fill``, before a sale);
+    ``progress(done)`` is called after each chunk. Returns how many entries were cached."""
     User = get_user_model()
+    client = get_redis_connection("default")
+    capacity = max(2 * Token.objects.count(), TOKEN_FILTER_MIN_CAPACITY)
+    bits, hashes = token_filter_size(capacity, settings.SECKILL_TOKEN_FILTER_ERROR_RATE)
+    # The next filter exists before the tokens are read: one created meanwhile is added
+    # to it by its signal (token_filter_add), so the swap loses no token.
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(TOKEN_FILTER_NEXT.bits, TOKEN_FILTER_NEXT.params)
+    pipe.setbit(TOKEN_FILTER_NEXT.bits, bits - 1, 0)
+    pipe.hset(TOKEN_FILTER_NEXT.params, mapping={"bits": bits, "hashes": hashes})
+    pipe.expire(TOKEN_FILTER_NEXT.bits, 3600)  # a fill that dies leaves nothing behind
+    pipe.expire(TOKEN_FILTER_NEXT.params, 3600)
+    pipe.execute()
     rows = (
-        Token.objects.filter(user__is_active=True)
-        .order_by()
-        .values_list("key", "user_id", f"user__{User.USERNAME_FIELD}")
+        Token.objects.order_by()
+        .values_list("key", "user_id", f"user__{User.USERNAME_FIELD}", "user__is_active")
         .iterator(chunk_size=chunk)
     )
     done = 0
-    batch = []
+    batch: list[tuple[str, int, str, bool]] = []
+
+    def flush() -> int:
+        run_token_filter_add(client, [TOKEN_FILTER_NEXT], [_token_filter_hashes(_digest(row[0])) for row in batch])
+        return token_shared_remember([row[:3] for row in batch if row[3]])
+
     for row in rows:
         batch.append(row)
         if len(batch) == chunk:
-            done += token_shared_remember(batch)
+            done += flush()
             batch = []
             if progress:
                 progress(done)
-    done += token_shared_remember(batch)
+    done += flush()
+    pipe = client.pipeline(transaction=True)
+    pipe.rename(TOKEN_FILTER_NEXT.bits, TOKEN_FILTER.bits)
+    pipe.rename(TOKEN_FILTER_NEXT.params, TOKEN_FILTER.params)
+    pipe.persist(TOKEN_FILTER.bits)
+    pipe.persist(TOKEN_FILTER.params)
+    pipe.execute()
     if progress:
         progress(done)
     return done
+
+
+def token_filter_params() -> tuple[int, int]:
+    """(bits, hashes) of the filter in use; (0, 0) when there is none."""
+    bits, hashes = get_redis_connection("default").hmget(TOKEN_FILTER.params, ["bits", "hashes"])
+    return (int(bits), int(hashes)) if bits and hashes else (0, 0)
 
 
 def token_shared_forget(keys: Iterable[str]) -> None:
@@ -157,34 +337,26 @@ def token_shared_forget(keys: Iterable[str]) -> None:
         get_redis_connection("default").delete(*names)
 
 
-def token_shopper(key: str, *, shared_read: bool = True) -> TokenShopper:
-    """The shopper of an API token; raises AuthenticationFailed as DRF would.
-    ``shared_read=False``: the caller has just read the shared cache (the gate script)."""
+def token_shopper(key: str, *, failures: RateLimit | None = None) -> TokenShopper:
+    """The shopper of an API token; raises AuthenticationFailed as DRF would, ApiError 429
+    when the client's address (``failures``, its counter) failed too often."""
     known = token_known(key)
     if known is not None:
         return known
     # A miss is the first request of a shopper in this process: in a flood that is most
-    # requests. The shared cache answers most; else one plain SQL statement, not an ORM query.
-    known = _shared_get(key) if shared_read else None
-    if known is None:
-        with connection.cursor() as cursor:
-            cursor.execute(_token_user_sql(), [key])
-            row = cursor.fetchone()
-        if row is None:
-            user, _ = TokenAuthentication().authenticate_credentials(key)  # raises the proper 401
-            row = (user.pk, user.get_username())
-        known = TokenShopper(*row)
-        try:
-            token_shared_remember([(key, *row)])
-        except RedisError as exc:
-            logger.warning("shared token cache not written: %s", exc)
-    _remember(("token", key), known)
-    return known
+    # requests. The cache Redis answers most, made-up tokens included.
+    return token_shopper_of_reply(key, _gate_lookup(key, failures), failures=failures)[0]
 
 
 class CachedTokenAuthentication(TokenAuthentication):
+    def authenticate(self, request):
+        from .gates import auth_failure_limit  # the gates use this module: imported when called
+
+        self.failures = auth_failure_limit(request)  # DRF makes one authenticator per request
+        return super().authenticate(request)
+
     def authenticate_credentials(self, key):
-        return token_shopper(key).user, key
+        return token_shopper(key, failures=getattr(self, "failures", None)).user, key
 
 
 # After the commit: what a rolled-back save wrote must not be cached, and the purchase
@@ -193,6 +365,8 @@ class CachedTokenAuthentication(TokenAuthentication):
 
 @receiver(post_save, sender=Token, dispatch_uid="token_shared_created")
 def _token_saved(sender, instance, **kwargs):
+    keys = [instance.key]
+    transaction.on_commit(lambda: _shared_write(token_filter_add, keys))
     if instance.user.is_active:
         entry = (instance.key, instance.user_id, instance.user.get_username())
         transaction.on_commit(lambda: _shared_write(token_shared_remember, [entry]))
