@@ -26,7 +26,7 @@ from stock.redis_client import stock_redis
 from stock.scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
 
 from .activities import activity_token_ensure
-from .authentication import token_known, token_shared_key, token_shopper, token_shopper_from_entry
+from .authentication import token_known, token_lookup, token_shopper_of_reply
 from .breaker import redis_away
 from .captcha import captcha_consume
 from .limited import limited_for, limited_remember
@@ -221,16 +221,32 @@ def _limits_verdict(limits: TrafficLimits, reply: GateReply, user_id: int) -> No
     raise _rate_limited(reply.ms_left / 1000)
 
 
-def _gate_call(limits: TrafficLimits, *, token: str | None, user_id: int | None, count: bool) -> GateReply | None:
-    """One call to the cache Redis: the token's lookup (``token``) and/or the count
-    against the limits (``count``). None when Redis is away: the request goes on (the
-    database fallback that serves purchases meanwhile has a strict concurrency cap)."""
+def auth_failure_limit(request) -> RateLimit | None:
+    """The failed token authentications of the client's address (SECKILL_AUTH_FAILURES_PER_IP),
+    counted by the gate script; None when off or the address is unknown."""
+    rate = rate_parse(settings.SECKILL_AUTH_FAILURES_PER_IP)
+    ip = client_ip(request) if rate else None
+    return RateLimit(f"auth:failed:{_ip_bucket(ip)}", *rate) if rate and ip else None
+
+
+def _gate_call(
+    limits: TrafficLimits,
+    *,
+    token: str | None,
+    user_id: int | None,
+    count: bool,
+    failures: RateLimit | None = None,
+) -> GateReply | None:
+    """One call to the cache Redis: the token's lookup (``token``, its failure counted
+    against ``failures``) and/or the count against the limits (``count``). None when Redis
+    is away: the request goes on (the database fallback that serves purchases meanwhile
+    has a strict concurrency cap)."""
     if redis_away():
         return None
     try:
         return run_shopper_gate(
             gate_redis(),
-            token_entry=token_shared_key(token) if token else limits.scope,  # (not read when the id is given)
+            lookup=token_lookup(token, failures) if token else None,
             user_id=user_id,
             count=count,
             per_user=limits.per_user,
@@ -251,27 +267,28 @@ def traffic_limits_check(limits: TrafficLimits, *, user_id: int) -> None:
         _limits_verdict(limits, reply, user_id)
 
 
-def token_shopper_limited(limits: TrafficLimits, *, token: str, count: bool) -> int:
+def token_shopper_limited(limits: TrafficLimits, *, token: str, count: bool, failures: RateLimit | None = None) -> int:
     """The user id of an API token, and (``count``) the limits counted and checked, in
-    one round trip for a shopper this process has not met yet (the shared token cache and
-    the counters live in the same Redis). Raises AuthenticationFailed for an unknown
-    token, ApiError 429 when over a limit."""
+    one round trip for a shopper this process has not met yet (the shared token cache, the
+    token filter and the counters live in the same Redis). Raises AuthenticationFailed for
+    an unknown token, ApiError 429 when over a limit or when the address (``failures``)
+    failed to authenticate too often."""
     known = token_known(token)
     if known is not None:
         if count:
             traffic_limits_check(limits, user_id=known.user_id)
         return known.user_id
     count = count and limits.any
-    reply = _gate_call(limits, token=token, user_id=None, count=count)
-    if reply is None or reply.shopper is None:
-        # Not in the shared cache (or Redis away): the database, then the limits on their own.
-        user_id = token_shopper(token, shared_read=False).user_id
+    reply = _gate_call(limits, token=token, user_id=None, count=count, failures=failures)
+    shopper, counted = token_shopper_of_reply(token, reply, failures=failures)
+    if not counted:
+        # The database answered (or Redis is away): the limits on their own.
         if count and reply is not None:
-            traffic_limits_check(limits, user_id=user_id)
-        return user_id
-    user_id = token_shopper_from_entry(token, reply.shopper).user_id
-    _limits_verdict(limits, reply, user_id)
-    return user_id
+            traffic_limits_check(limits, user_id=shopper.user_id)
+        return shopper.user_id
+    assert reply is not None
+    _limits_verdict(limits, reply, shopper.user_id)
+    return shopper.user_id
 
 
 def purchase_admission_check(activity: ActivitySnapshot) -> None:
@@ -432,7 +449,7 @@ def token_purchase_admit(request, *, activity_id: int) -> Admitted | None:
         return None
 
     def identify(limits: TrafficLimits, count: bool) -> int:
-        return token_shopper_limited(limits, token=auth[1], count=count)
+        return token_shopper_limited(limits, token=auth[1], count=count, failures=auth_failure_limit(request))
 
     try:
         return purchase_admit(request, activity=activity, data=data, now=now, identify=identify)

@@ -123,6 +123,8 @@ CACHES = {
             "SOCKET_TIMEOUT": 1,
             # A cache that is down is a miss, not a 500: purchases go on (Redis-down mode).
             "IGNORE_EXCEPTIONS": True,
+            # JSON, never pickle: whoever can write to the cache Redis must not run code here.
+            "SERIALIZER": "django_redis.serializers.json.JSONSerializer",
             # No automatic retries, as for the stock engine (stock.redis_client.no_retries):
             # a write whose reply was lost may have run, and a miss costs less than a wait.
             "CONNECTION_POOL_KWARGS": {"retry": Retry(NoBackoff(), 0)},
@@ -131,6 +133,7 @@ CACHES = {
 }
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+SESSION_SERIALIZER = "django.contrib.sessions.serializers.JSONSerializer"
 
 # --- Auth -----------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -338,6 +341,14 @@ SECKILL_TOKEN_CACHE_TTL = env.float("SECKILL_TOKEN_CACHE_TTL", default=30.0)
 # Seconds a token stays in the cache Redis shared by all web processes (deleting the token
 # or saving its user inactive removes it at once; a QuerySet.update is seen after this).
 SECKILL_TOKEN_SHARED_TTL = env.int("SECKILL_TOKEN_SHARED_TTL", default=6 * 3600)
+# The filter of every token's digest in the cache Redis (a Bloom filter, sized by
+# `manage.py token_cache_fill` for twice the tokens there are): the share of made-up
+# tokens it lets through to the database.
+SECKILL_TOKEN_FILTER_ERROR_RATE = env.float("SECKILL_TOKEN_FILTER_ERROR_RATE", default=0.001)
+# Seconds a refused token is answered 401 without the database, in every web process.
+SECKILL_TOKEN_REFUSED_TTL = env.float("SECKILL_TOKEN_REFUSED_TTL", default=10.0)
+# Failed token authentications per client address before 429 ("off" disables).
+SECKILL_AUTH_FAILURES_PER_IP = env.str("SECKILL_AUTH_FAILURES_PER_IP", default="30/m")
 
 # The activity page: shared caches (a CDN) may keep it this long; browsers a little.
 SECKILL_PAGE_MAX_AGE = env.int("SECKILL_PAGE_MAX_AGE", default=30)
