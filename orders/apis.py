@@ -10,9 +10,10 @@ from core.errors import ApiError
 from core.throttles import throttle_api
 
 from .models import Order
+from .payments import PaymentError, payment_start
 from .selectors import order_of_shopper
 from .serializers import OrderSerializer
-from .services import OrderNotCancellable, OrderNotPayable, order_cancel, order_pay
+from .services import OrderNotCancellable, order_cancel
 
 
 def own_order_or_404(request, order_no: str) -> Order:
@@ -31,7 +32,11 @@ class OrderListApi(ListAPIView):
     serializer_class = OrderSerializer
 
     def get_queryset(self):
-        return Order.objects.filter(user_id=_shopper_id(self.request)).order_by("-created_at", "-id")
+        return (
+            Order.objects.filter(user_id=_shopper_id(self.request))
+            .prefetch_related("payments")
+            .order_by("-created_at", "-id")
+        )
 
 
 @extend_schema(responses=OrderSerializer)
@@ -48,17 +53,26 @@ class OrderDetailApi(RetrieveAPIView):
 
 
 class OrderPayApi(APIView):
-    """Pays directly (the API's stand-in for a gateway); idempotent for a paid order."""
+    """Starts a payment with the configured provider and answers where to pay it. It
+    never pays the order: only the provider's verified notification does."""
 
-    @extend_schema(request=None, responses={200: None, 404: None, 409: None})
+    @extend_schema(request=None, responses={200: None, 404: None, 409: None, 503: None})
     @throttle_api("order-pay")
     def post(self, request, order_no: str):
         order = own_order_or_404(request, order_no)
         try:
-            order = order_pay(order=order)
-        except OrderNotPayable as exc:
-            raise ApiError(409, "not_payable", str(exc)) from exc
-        return Response({"status": order.status})
+            started = payment_start(order=order)
+        except PaymentError as exc:
+            raise ApiError(exc.status, exc.code, exc.detail) from exc
+        if started.payment is None:
+            return Response({"status": Order.Status.PAID.value})
+        payment = started.payment
+        return Response(
+            {
+                "status": "pending",
+                "payment": {"provider": payment.variant, "reference": payment.token, "pay_url": started.pay_url},
+            }
+        )
 
 
 class OrderCancelApi(APIView):

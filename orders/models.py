@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 from payments.models import BasePayment
 
 
-class Order(models.Model):
+class Order(models.Model):  # type: ignore[django-manager-missing]  # Payment subclasses an untyped BasePayment
     class Status(models.TextChoices):
         PENDING = "pending", _("pending payment")
         PAID = "paid", _("paid")

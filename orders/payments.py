@@ -1,24 +1,28 @@
-"""The simulated payment gateway and the shop's side of it.
+"""Paying an order through a provider (django-payments), provider-agnostic.
 
-The shop sends the shopper to the gateway with a signed checkout request; the gateway
-answers with a signed callback. Both signatures are HMAC-SHA256 with the shared secret
-``PAYMENT_GATEWAY_SECRET``. The callback is the only thing that pays an order, and it
-is idempotent: one Payment per gateway reference and per order.
+``payment_start`` opens a Payment with the configured provider and answers where the
+shopper pays; it never pays the order. Only a provider's verified notification does,
+through ``payment_settle``: it records the money taken and then either pays the order
+(once) or, when the order was cancelled, is past its deadline or was already paid by
+another payment, refunds it through the provider. Each provider verifies its own
+notifications (the simulated one: orders.simulated) before calling ``payment_settle``.
 """
 
-import hashlib
-import hmac
-import json
-import secrets
+import logging
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
+from payments import PaymentStatus, RedirectNeeded
+from payments.core import provider_factory
+from payments.signals import status_changed
 
 from .models import Order, Payment
 from .services import OrderNotPayable, order_pay
+
+logger = logging.getLogger(__name__)
 
 
 class PaymentError(Exception):
@@ -27,124 +31,139 @@ class PaymentError(Exception):
         self.status, self.code, self.detail = status, code, detail
 
 
-def _secret() -> bytes:
-    if not settings.PAYMENT_GATEWAY_SECRET:
-        raise PaymentError(503, "payments_unavailable", "Payments are not configured (PAYMENT_GATEWAY_SECRET).")
-    return settings.PAYMENT_GATEWAY_SECRET.encode()
+def payments_unavailable(detail: str) -> PaymentError:
+    return PaymentError(503, "payments_unavailable", detail)
 
 
-def payment_sign(message: str) -> str:
-    return hmac.new(_secret(), message.encode(), hashlib.sha256).hexdigest()
-
-
-def payment_signature_check(message: str, signature: str | None) -> None:
-    expected = payment_sign(message)
-    if not signature or not hmac.compare_digest(expected, signature):
-        raise PaymentError(400, "bad_signature", "The gateway signature is missing or wrong.")
-
-
-# --- shop → gateway: the checkout request ------------------------------------------
+def provider_get(variant: str):
+    """The provider of ``variant``; one that is not configured is 503, never a 500."""
+    if not variant or variant not in settings.PAYMENT_VARIANTS:
+        raise payments_unavailable("Payments are not configured (PAYMENT_PROVIDER).")
+    provider = provider_factory(variant)
+    missing = getattr(provider, "configuration_missing", lambda: "")()
+    if missing:
+        raise payments_unavailable(f"Payments are not configured ({missing}).")
+    return provider
 
 
 @dataclass(frozen=True)
-class Checkout:
-    order_no: str
-    amount: str
-    gateway_ref: str
-
-    def message(self) -> str:
-        return f"checkout|{self.order_no}|{self.amount}|{self.gateway_ref}"
-
-    def params(self) -> dict[str, str]:
-        return {
-            "order_no": self.order_no,
-            "amount": self.amount,
-            "ref": self.gateway_ref,
-            "sig": payment_sign(self.message()),
-        }
+class PaymentStarted:
+    payment: Payment | None  # None: the order is already paid
+    pay_url: str = ""
 
 
-def checkout_start(*, order: Order, now=None) -> Checkout:
-    """What the shop sends the gateway for a payable order (a fresh reference each time)."""
+def payment_start(*, order: Order, now=None) -> PaymentStarted:
+    """A fresh payment of a payable order with the configured provider, and where to pay it."""
     now = now or timezone.now()
+    if order.status == Order.Status.PAID:
+        return PaymentStarted(payment=None)
     if order.status != Order.Status.PENDING or order.pay_deadline <= now:
-        raise PaymentError(409, "not_payable", "This order can no longer be paid.")
-    return Checkout(order_no=order.order_no, amount=f"{order.amount:.2f}", gateway_ref=secrets.token_hex(16))
-
-
-def checkout_verify(params) -> Checkout:
-    """The gateway's check of a checkout request (wrong or missing signature: 400)."""
-    checkout = Checkout(
-        order_no=str(params.get("order_no", ""))[:40],
-        amount=str(params.get("amount", ""))[:20],
-        gateway_ref=str(params.get("ref", ""))[:64],
+        raise PaymentError(409, "not_payable", "This order can no longer be paid (cancelled or too late).")
+    variant = settings.PAYMENT_PROVIDER
+    provider_get(variant)
+    payment = Payment.objects.create(
+        order=order,
+        variant=variant,
+        currency=settings.PAYMENT_CURRENCY,
+        total=order.amount,
+        description=f"Order {order.order_no}",
     )
-    payment_signature_check(checkout.message(), params.get("sig"))
-    return checkout
+    try:
+        payment.get_form()
+    except RedirectNeeded as redirect:
+        return PaymentStarted(payment=payment, pay_url=str(redirect))
+    # A provider whose checkout is a form inside the shop's page: not supported here.
+    payment.change_status(PaymentStatus.ERROR, "provider has no payment page to send the shopper to")
+    raise payments_unavailable(f"The provider {variant!r} has no payment page to send the shopper to.")
 
 
-# --- gateway → shop: the callback -----------------------------------------------------
+def payment_amount_check(*, payment: Payment, amount: str, currency: str) -> None:
+    """A notification must be for exactly the payment's amount and currency."""
+    try:
+        same_amount = Decimal(amount) == payment.total
+    except ArithmeticError:
+        same_amount = False
+    if not same_amount:
+        logger.warning("payments.amount_mismatch payment=%s notified=%r expected=%s", payment.pk, amount, payment.total)
+        raise PaymentError(400, "amount_mismatch", "The amount notified differs from the payment's amount.")
+    if currency != payment.currency:
+        logger.warning(
+            "payments.currency_mismatch payment=%s notified=%r expected=%s", payment.pk, currency, payment.currency
+        )
+        raise PaymentError(400, "currency_mismatch", "The currency notified differs from the payment's currency.")
 
 
-def callback_build(*, checkout: Checkout) -> dict[str, str]:
-    """The gateway's signed notice that the shopper paid (form fields of the callback)."""
-    payload = json.dumps(
-        {
-            "gateway_ref": checkout.gateway_ref,
-            "order_no": checkout.order_no,
-            "amount": checkout.amount,
-            "status": "succeeded",
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return {"payload": payload, "signature": payment_sign(payload)}
+def payment_settle(*, payment: Payment, transaction_id: str = "", now=None) -> Payment:
+    """The provider took the money (a verified notification): record it and act once.
 
-
-@dataclass(frozen=True)
-class Captured:
-    payment: Payment
-    created: bool  # False: a replayed callback, nothing new recorded
-
-
-def payment_capture(*, payload: str, signature: str | None) -> Captured:
-    """Verify a callback and pay its order, once.
-
-    The signature is checked before anything is read or written. A replay of the same
-    callback finds its Payment and changes nothing; a second, different payment for an
-    already-paid order is refused (409), so an order is never paid twice.
+    Pays the order when it is still payable; otherwise (cancelled, past its deadline, or
+    already paid by another payment) records why and refunds through the provider. A
+    notification delivered again finds the payment settled and changes nothing.
     """
-    payment_signature_check(payload, signature)
-    try:
-        data = json.loads(payload)
-        gateway_ref, order_no = str(data["gateway_ref"]), str(data["order_no"])
-        amount = Decimal(str(data["amount"]))
-        succeeded = data["status"] == "succeeded"
-    except (ValueError, KeyError, TypeError, InvalidOperation) as exc:
-        raise PaymentError(400, "invalid_request", "The callback payload is malformed.") from exc
-    if not succeeded:
-        raise PaymentError(400, "invalid_request", "Only successful payments are notified.")
+    now = now or timezone.now()
+    with transaction.atomic():
+        payment = Payment.objects.select_for_update().get(pk=payment.pk)
+        if payment.settled_at is not None or payment.status not in (
+            PaymentStatus.WAITING,
+            PaymentStatus.INPUT,
+            PaymentStatus.CONFIRMED,
+        ):
+            return payment
+        order = Order.objects.select_for_update().get(pk=payment.order_id)
+        payment.status = PaymentStatus.CONFIRMED
+        payment.captured_amount = payment.total
+        payment.transaction_id = transaction_id or payment.transaction_id
+        payment.settled_at = now
+        if order.status == Order.Status.PAID:
+            payment.refund_reason = "duplicate"
+        else:
+            try:
+                order_pay(order=order, now=now)
+            except OrderNotPayable:
+                payment.refund_reason = "late"
+        payment.save(update_fields=["status", "captured_amount", "transaction_id", "settled_at", "refund_reason"])
+    if payment.refund_reason:
+        logger.info("payments.refund payment=%s order=%s reason=%s", payment.pk, order.order_no, payment.refund_reason)
+        payment_refund(payment=payment)
+    return payment
 
-    existing = Payment.objects.filter(gateway_ref=gateway_ref).select_related("order").first()
-    if existing is not None:
-        if existing.order.order_no != order_no:
-            raise PaymentError(400, "invalid_request", "This payment reference belongs to another order.")
-        return Captured(existing, created=False)
-    order = Order.objects.filter(order_no=order_no).first()
-    if order is None:
-        raise PaymentError(400, "unknown_order", "No such order.")
-    if amount != order.amount:
-        raise PaymentError(400, "amount_mismatch", "The amount paid differs from the order's amount.")
+
+def payment_refund(*, payment: Payment) -> None:
+    """Give a confirmed payment's money back through its provider. A provider that fails
+    leaves it confirmed with its refund_reason: staff see it in the admin and retry."""
     try:
-        with transaction.atomic():
-            payment = Payment.objects.create(order=order, gateway_ref=gateway_ref, amount=amount)
-            order_pay(order=order)
-    except IntegrityError as exc:
-        # The same callback racing itself (same reference): the other one recorded it.
-        again = Payment.objects.filter(gateway_ref=gateway_ref).first()
-        if again is not None:
-            return Captured(again, created=False)
-        raise PaymentError(409, "already_paid", "This order has already been paid.") from exc
-    except OrderNotPayable as exc:
-        raise PaymentError(409, "not_payable", "This order can no longer be paid (cancelled or too late).") from exc
-    return Captured(payment, created=True)
+        payment.refund()
+    except Exception:
+        logger.exception("payments.refund_failed payment=%s", payment.pk)
+
+
+def payment_fail(*, payment: Payment) -> Payment:
+    """The provider says the shopper did not pay: a waiting payment is rejected."""
+    Payment.objects.filter(pk=payment.pk, status__in=[PaymentStatus.WAITING, PaymentStatus.INPUT]).update(
+        status=PaymentStatus.REJECTED
+    )
+    payment.refresh_from_db()
+    return payment
+
+
+def payment_status_of(payments) -> str:
+    """What the order JSON calls its payment: succeeded (money kept) > refunded > pending > none."""
+    kept = refunded = pending = False
+    for payment in payments:
+        if payment.status == PaymentStatus.CONFIRMED and not payment.refund_reason:
+            kept = True
+        elif payment.status == PaymentStatus.REFUNDED or payment.refund_reason:
+            refunded = True
+        elif payment.status in (PaymentStatus.WAITING, PaymentStatus.INPUT):
+            pending = True
+    return "succeeded" if kept else "refunded" if refunded else "pending" if pending else "none"
+
+
+def _real_provider_confirmed(sender, instance: Payment, **kwargs) -> None:
+    # Real backends (Stripe, PayPal) verify their webhooks themselves and then set the
+    # status; the simulated provider calls payment_settle directly.
+    if instance.status == PaymentStatus.CONFIRMED and instance.settled_at is None and instance.variant != "simulated":
+        payment_settle(payment=instance, transaction_id=instance.transaction_id)
+
+
+status_changed.connect(_real_provider_confirmed, sender=Payment, dispatch_uid="orders.payments.settle")

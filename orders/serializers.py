@@ -1,9 +1,15 @@
 from rest_framework import serializers
 
 from .models import Order
+from .payments import payment_status_of
 
 
 class OrderSerializer(serializers.ModelSerializer):
+    payment_status = serializers.SerializerMethodField()
+
+    def get_payment_status(self, order: Order) -> str:
+        return payment_status_of(order.payments.all())
+
     class Meta:
         model = Order
         fields = [
@@ -16,5 +22,6 @@ class OrderSerializer(serializers.ModelSerializer):
             "pay_deadline",
             "created_at",
             "paid_at",
+            "payment_status",
         ]
         read_only_fields = fields

@@ -1,7 +1,8 @@
-"""The orders' routes: their JSON API (mounted under /api/), the shopper's pages, and the
-simulated gateway's checkout and callback."""
+"""The orders' routes: their JSON API (mounted under /api/), the shopper's pages, the
+providers' notification URLs (django-payments) and the simulated provider's checkout."""
 
-from django.urls import path
+from django.conf import settings
+from django.urls import include, path
 
 from . import apis, views
 
@@ -16,6 +17,9 @@ urlpatterns = [
     path("orders/", views.my_orders, name="my-orders"),
     path("orders/<str:order_no>/pay/", views.order_pay_start, name="order-pay-page"),
     path("orders/<str:order_no>/cancel/", views.order_cancel_view, name="order-cancel-page"),
-    path("gateway/checkout/", views.gateway_checkout, name="gateway-checkout"),
-    path("payments/callback/", views.payment_callback, name="payment-callback"),
+    # process/<token>/ (a payment's notifications) and process/<variant>/ (webhooks).
+    path("payments/", include("payments.urls")),
 ]
+# The simulated provider's page exists only where it is the provider.
+if settings.PAYMENT_PROVIDER == "simulated":
+    urlpatterns.append(path("payments/simulated/<str:token>/", views.simulated_checkout, name="simulated-checkout"))

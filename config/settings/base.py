@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI and ReDoc as static files of this origin
     "axes",
     "csp",
+    "payments",
     "inventory",
     "seckill",
     "orders",
@@ -356,10 +357,33 @@ SECKILL_PAGE_S_MAXAGE = env.int("SECKILL_PAGE_S_MAXAGE", default=300)
 # Where `manage.py publish` and the admin action write the static activity pages (a CDN origin).
 SECKILL_PUBLISH_DIR = env.path("SECKILL_PUBLISH_DIR", default=BASE_DIR / "publish")
 
-# --- Payments -----------------------------------------------------------------------
-# Shared secret of the (simulated) payment gateway; signs checkout requests and callbacks.
-# Empty: payments are refused (503) rather than accepted unsigned.
+# --- Payments (django-payments) --------------------------------------------------------
+# The provider `POST /api/orders/<no>/pay` starts payments with: a name in PAYMENT_VARIANTS.
+# Empty: payments are refused (503 payments_unavailable). Production refuses "simulated"
+# unless PAYMENT_SIMULATED_ALLOWED=true (config/settings/production.py).
+PAYMENT_PROVIDER = env("PAYMENT_PROVIDER", default="simulated")
+PAYMENT_SIMULATED_ALLOWED = env.bool("PAYMENT_SIMULATED_ALLOWED", default=False)
+PAYMENT_MODEL = "orders.Payment"
+PAYMENT_CURRENCY = env("PAYMENT_CURRENCY", default="CNY")
+# The shop's public host: providers send the shopper back (and webhooks) to it.
+PAYMENT_HOST = env("PAYMENT_HOST", default="localhost:8000")
+PAYMENT_USES_SSL = env.bool("PAYMENT_USES_SSL", default=not DEBUG)
+# Secret the simulated provider signs its notifications with (HMAC-SHA256).
+# Empty: the simulated provider answers 503 rather than accept unsigned notifications.
 PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="")
+# Notifications older or newer than this many seconds are refused (replays).
+PAYMENT_NOTIFICATION_WINDOW = env.int("PAYMENT_NOTIFICATION_WINDOW", default=300)
+PAYMENT_VARIANTS = {
+    "simulated": ("orders.simulated.SimulatedProvider", {}),
+    "stripe": (
+        "payments.stripe.StripeProviderV3",
+        {
+            "api_key": env("STRIPE_API_KEY", default=""),
+            "endpoint_secret": env("STRIPE_ENDPOINT_SECRET", default=""),
+            "use_token": True,
+        },
+    ),
+}
 
 # Redis circuit breaker: consecutive failures that open it, seconds before one probe.
 SECKILL_BREAKER_FAILURES = env.int("SECKILL_BREAKER_FAILURES", default=3)
@@ -377,6 +401,36 @@ SECKILL_DISPLAY_INTERVAL = env.float("SECKILL_DISPLAY_INTERVAL", default=2.0)
 # settle it. Well above the Redis socket timeout, so a purchase in flight is never touched.
 SECKILL_CLAIM_PENDING_TIMEOUT = env.float("SECKILL_CLAIM_PENDING_TIMEOUT", default=10.0)
 
+# --- Mail (password reset) -------------------------------------------------------------
+# EMAIL_URL in django-environ's form: smtp+tls://user:password@host:587, smtps://…,
+# consolemail:// (the mail printed to the log), filemail:///path. Production requires it.
+EMAIL_URL = env("EMAIL_URL", default="consolemail://")
+
+
+def email_settings(url: str) -> dict:
+    """Django's EMAIL_* settings for a mail URL."""
+    parsed = env.email_url_config(url)
+    return {
+        "EMAIL_BACKEND": parsed["EMAIL_BACKEND"],
+        "EMAIL_HOST": parsed["EMAIL_HOST"] or "localhost",
+        "EMAIL_PORT": parsed["EMAIL_PORT"] or 25,
+        "EMAIL_HOST_USER": parsed["EMAIL_HOST_USER"] or "",
+        "EMAIL_HOST_PASSWORD": parsed["EMAIL_HOST_PASSWORD"] or "",
+        "EMAIL_USE_TLS": bool(parsed.get("EMAIL_USE_TLS")),
+        "EMAIL_USE_SSL": bool(parsed.get("EMAIL_USE_SSL")),
+        "EMAIL_FILE_PATH": "/" + parsed["EMAIL_FILE_PATH"] if parsed["EMAIL_FILE_PATH"] else None,
+        "EMAIL_TIMEOUT": env.int("EMAIL_TIMEOUT", default=10),
+    }
+
+
+globals().update(email_settings(EMAIL_URL))
+DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="webmaster@localhost")
+
+# --- Operator endpoints ------------------------------------------------------------------
+# Bearer token for /metrics and the details of /healthz (config/health.py). Unset: /metrics
+# answers 401 to everyone and /healthz only says ok or degraded.
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
+
 # Logs: every line carries the request id; DJANGO_LOG_FORMAT=json for one JSON object per line.
 LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
 LOGGING = {
@@ -385,6 +439,7 @@ LOGGING = {
     "filters": {
         "request_id": {"()": "config.request_log.RequestIdFilter"},
         "expected_rejections": {"()": "core.log_filters.ExpectedRejectionFilter"},
+        "url_passwords": {"()": "core.safety.UrlPasswordFilter"},
     },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
@@ -416,40 +471,9 @@ CELERY_BEAT_SCHEDULE = {
     "orders-expire-sweep": {
         "task": "orders.tasks.orders_expire_overdue_task",
         "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,
-# --- Mail (password reset) -------------------------------------------------------------
-# EMAIL_URL in django-environ's form: smtp+tls://user:password@host:587, smtps://…,
-# consolemail:// (the mail printed to the log), filemail:///path. Production requires it.
-EMAIL_URL = env("EMAIL_URL", default="consolemail://")
-
-
-def email_settings(url: str) -> dict:
-    """Django's EMAIL_* settings for a mail URL."""
-    parsed = env.email_url_config(url)
-    return {
-        "EMAIL_BACKEND": parsed["EMAIL_BACKEND"],
-        "EMAIL_HOST": parsed["EMAIL_HOST"] or "localhost",
-        "EMAIL_PORT": parsed["EMAIL_PORT"] or 25,
-        "EMAIL_HOST_USER": parsed["EMAIL_HOST_USER"] or "",
-        "EMAIL_HOST_PASSWORD": parsed["EMAIL_HOST_PASSWORD"] or "",
-        "EMAIL_USE_TLS": bool(parsed.get("EMAIL_USE_TLS")),
-        "EMAIL_USE_SSL": bool(parsed.get("EMAIL_USE_SSL")),
-        "EMAIL_FILE_PATH": "/" + parsed["EMAIL_FILE_PATH"] if parsed["EMAIL_FILE_PATH"] else None,
-        "EMAIL_TIMEOUT": env.int("EMAIL_TIMEOUT", default=10),
-    }
-
-
-globals().update(email_settings(EMAIL_URL))
-DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="webmaster@localhost")
-
-# --- Operator endpoints ------------------------------------------------------------------
-# Bearer token for /metrics and the details of /healthz (config/health.py). Unset: /metrics
-# answers 401 to everyone and /healthz only says ok or degraded.
-METRICS_TOKEN = env("METRICS_TOKEN", default="")
-
     },
 }
 
 # Mount bench/'s contrast endpoints (the database-direct purchase) under /bench/.
 # Only `make bench` turns this on.
 SECKILL_BENCH_VIEWS = env.bool("SECKILL_BENCH_VIEWS", default=False)
-        "url_passwords": {"()": "core.safety.UrlPasswordFilter"},

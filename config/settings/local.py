@@ -20,3 +20,4 @@ DEBUG = env.bool("DJANGO_DEBUG", default=True)
 DEVELOPMENT_SECRETS_ALLOWED = True
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="local-development-only-not-secret")
 PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="local-gateway-secret-not-secret")
+PAYMENT_USES_SSL = env.bool("PAYMENT_USES_SSL", default=False)

@@ -9,7 +9,7 @@ TLS-terminating proxy; the cookies stay Secure and HSTS stays on unless their ow
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import DATABASE_URL, REDIS_URL, email_settings, env
+from .base import DATABASE_URL, PAYMENT_SIMULATED_ALLOWED, REDIS_URL, email_settings, env
 
 # Secrets and hosts only from the environment: a missing one fails at start-up.
 SECRET_KEY = env("DJANGO_SECRET_KEY")
@@ -25,6 +25,15 @@ if not EMAIL_URL:
         "smtp+tls://user:password@mail.example.com:587 (consolemail:// prints the mails to the log instead)."
     )
 globals().update(email_settings(EMAIL_URL))
+# No provider unless one is chosen (pay answers 503 payments_unavailable). The simulated
+# provider lets anyone holding a pay link mark an order paid: never by accident.
+PAYMENT_PROVIDER = env("PAYMENT_PROVIDER", default="")
+PAYMENT_USES_SSL = env.bool("PAYMENT_USES_SSL", default=True)
+if PAYMENT_PROVIDER == "simulated" and not PAYMENT_SIMULATED_ALLOWED:
+    raise ImproperlyConfigured(
+        "PAYMENT_PROVIDER=simulated is a stand-in that takes no money: set PAYMENT_PROVIDER to a real "
+        "provider (e.g. stripe), or PAYMENT_SIMULATED_ALLOWED=true for a load test or a demo."
+    )
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)

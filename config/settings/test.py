@@ -27,6 +27,7 @@ if env.bool("SECKILL_TEST_MANIFEST_STATIC", default=False):
     STATIC_ROOT = BASE_DIR / ".local" / "test-staticfiles"
     WHITENOISE_USE_FINDERS = False  # served as in production: from STATIC_ROOT only
 PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="test-gateway-secret")
+PAYMENT_USES_SSL = env.bool("PAYMENT_USES_SSL", default=False)
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Tests want quick replays; each test that needs one sets its own grace.
 SECKILL_REPLAY_GRACE = 2

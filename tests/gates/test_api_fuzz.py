@@ -146,11 +146,6 @@ def test_no_input_to_a_form_gets_a_server_error(path):
     post()
 
 
-@pytest.mark.xfail(
-    reason="a NUL in the simulated checkout's token (/payments/simulated/%00/) is a 500: orders.views."
-    "simulated_checkout queries PostgreSQL with it (payments' part of the issue)",
-    strict=False,
-)
 def test_no_input_to_the_payment_endpoints_gets_a_server_error():
     """The providers' notification URLs and the simulated provider's checkout page, with
     any token in the path and any body (form or JSON), signed or not."""

@@ -15,12 +15,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock, StockMovement
-from orders.models import Order
+from orders.models import Order, Payment
+from orders.payments import PaymentError, payment_settle, payment_start
 from orders.services import (
     OrderNotCancellable,
-    OrderNotPayable,
     order_cancel,
-    order_pay,
     orders_expire_due,
     orders_expire_overdue,
 )
@@ -37,6 +36,19 @@ from ..helpers import wait_until
 from .helpers import buy, close_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _payment_started(order) -> Payment:
+    """A payment the shopper started before the deadline (payment_start refuses one after)."""
+    return Payment.objects.create(order=order, variant="simulated", currency="CNY", total=order.amount)
+
+
+def _provider_confirms(payment, now=None) -> bool:
+    """The provider's verified success arrives: True if it paid the order, False if it was
+    too late and refunded."""
+    payment = payment_settle(payment=payment, now=now)
+    assert payment.status in ("confirmed", "refunded") and payment.settled_at is not None
+    return not payment.refund_reason
 
 
 def _assert_each_unit_moved_once(activity):
@@ -77,17 +89,14 @@ def test_200_orders_with_a_2s_deadline_half_paid_around_it(celery_worker):
         key=lambda job: (job[0], job[1].pk),
     )
     accepted, refused = set(), set()
+    payments = {o.pk: _payment_started(o) for o in to_pay}
 
     def pay(moment, order):
         try:
             delay = (moment - timezone.now()).total_seconds()
             if delay > 0:
-                threading.Event().wait(delay)  # the stimulus: pay at this moment
-            try:
-                order_pay(order=order)
-                accepted.add(order.pk)
-            except OrderNotPayable:
-                refused.add(order.pk)
+                threading.Event().wait(delay)  # the stimulus: the provider's success at this moment
+            (accepted if _provider_confirms(payments[order.pk]) else refused).add(order.pk)
         finally:
             close_connection()
 
@@ -106,6 +115,15 @@ def test_200_orders_with_a_2s_deadline_half_paid_around_it(celery_worker):
     assert paid == accepted, "a payment reported as accepted must be the order's outcome"
     assert set(cancelled.values_list("pk", flat=True)) == {o.pk for o in orders} - paid
     assert refused <= set(cancelled.values_list("pk", flat=True))
+    # Every success too late was recorded and refunded; none that paid was.
+    assert (
+        set(
+            Payment.objects.filter(order__activity=activity, status="refunded", refund_reason="late").values_list(
+                "order_id", flat=True
+            )
+        )
+        == refused
+    )
     assert not Order.objects.filter(activity=activity, status=Order.Status.PAID, cancelled_at__isnull=False).exists()
     assert not cancelled.filter(paid_at__isnull=False).exists()
     assert set(cancelled.values_list("cancel_reason", flat=True)) == {"timeout"}
@@ -136,14 +154,13 @@ def test_pay_and_timeout_at_the_same_instant_end_in_exactly_one_outcome():
     orders = buy(activity, make_users(40))
     barrier = threading.Barrier(len(orders) * 2)
     outcomes: dict[int, list[str]] = {o.pk: [] for o in orders}
+    payments = {o.pk: _payment_started(o) for o in orders}
 
     def pay(order):
         try:
             barrier.wait()
-            order_pay(order=order, now=order.pay_deadline - timedelta(milliseconds=1))
-            outcomes[order.pk].append("paid")
-        except OrderNotPayable:
-            pass
+            if _provider_confirms(payments[order.pk], now=order.pay_deadline - timedelta(milliseconds=1)):
+                outcomes[order.pk].append("paid")
         finally:
             close_connection()
 
@@ -165,6 +182,8 @@ def test_pay_and_timeout_at_the_same_instant_end_in_exactly_one_outcome():
     for order in orders:
         order.refresh_from_db()
         assert outcomes[order.pk] == [order.status], (order, outcomes[order.pk])
+        payment = Payment.objects.get(pk=payments[order.pk].pk)
+        assert payment.status == ("confirmed" if order.status == Order.Status.PAID else "refunded"), payment
     assert {o.status for o in orders} <= {Order.Status.PAID, Order.Status.CANCELLED}
     _assert_each_unit_moved_once(activity)
     n_cancelled = sum(o.status == Order.Status.CANCELLED for o in orders)
@@ -186,8 +205,13 @@ def test_timeout_cancels_only_past_the_deadline_the_shopper_any_time():
     later = second.pay_deadline + timedelta(seconds=1)
     assert orders_expire_due(activity_id=activity.pk, due_second=due_second, now=later) == 1
     assert orders_expire_due(activity_id=activity.pk, due_second=due_second, now=later) == 0
-    with pytest.raises(OrderNotPayable):
-        order_pay(order=second)
+    late = _payment_started(second)
+    second.refresh_from_db()
+    with pytest.raises(PaymentError) as refused:
+        payment_start(order=second)
+    assert refused.value.code == "not_payable"
+    assert not _provider_confirms(late)  # a success too late: refunded, the order stays cancelled
+    assert Order.objects.get(pk=second.pk).status == Order.Status.CANCELLED
     assert redis_remaining(activity.pk) == 3
     _assert_identities(activity)
 
@@ -196,7 +220,7 @@ def test_the_sweeper_cancels_what_no_deadline_task_did():
     # No worker runs here: the deadline tasks wait in the broker, unconsumed.
     activity = make_activity(stock=30, pay_timeout=1)
     orders = buy(activity, make_users(30))
-    order_pay(order=orders[0])
+    assert _provider_confirms(_payment_started(orders[0]))
     wait_until(lambda: timezone.now() > orders[-1].pay_deadline, timeout=30, what="the deadlines to pass")
     assert orders_expire_overdue(batch_size=7) == 29
     assert orders_expire_overdue() == 0

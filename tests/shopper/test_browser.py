@@ -12,8 +12,11 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from orders.models import Order, Payment
+from orders.services import order_cancel
 from seckill.activities import activity_save
-from seckill.selectors import redis_remaining
+from seckill.purchase import purchase_reserve
+from seckill.replay import reservations_drain
+from seckill.selectors import activity_snapshot, redis_remaining
 from tests.factories import ProductFactory, UserFactory, make_activity
 from tests.helpers import wait_until
 
@@ -115,19 +118,41 @@ def test_countdown_start_buy_and_pay(shop_server, celery_worker, browser_context
     assert order.status == Order.Status.PENDING
     shot(page, screenshot_dir, "3-after-purchase")
 
-    # Pay: the gateway's page, then its signed callback to the shop, then the orders page.
+    # Pay: the simulated provider's page, its signed notification to the shop, the orders page.
     outcome.get_by_role("button", name="Pay now").click()
-    page.wait_for_url("**/gateway/checkout/**")
-    expect(page.locator("h1")).to_contain_text("Pay ¥1.00")
-    page.locator("#gateway-pay").click()
+    page.wait_for_url("**/payments/simulated/**")
+    expect(page.locator("h1")).to_contain_text("Pay 1.00 CNY")
+    page.locator("#gateway-succeeded").click()
     page.wait_for_url("**/orders/?paid=*")
     row = page.locator(f"#order-{order.order_no}")
     expect(row.locator(".status")).to_have_text("paid")
     order.refresh_from_db()
     assert order.status == Order.Status.PAID
-    assert Payment.objects.filter(order=order).count() == 1
+    assert list(Payment.objects.filter(order=order).values_list("status", flat=True)) == ["confirmed"]
     assert len(purchases) == 1
     shot(page, screenshot_dir, "4-orders")
+
+
+def test_a_payment_completed_after_the_order_was_cancelled_is_refunded_and_shown(shop_server, browser_context):
+    user, page = logged_in_page(browser_context, shop_server, "dora")
+    activity = make_activity(stock=2)
+    purchase_reserve(activity=activity_snapshot(activity.pk), user_id=user.pk, quantity=1)
+    reservations_drain(activity_id=activity.pk)
+    order = Order.objects.get(activity=activity, user=user)
+    page.goto(f"{shop_server}/orders/")
+    page.locator(f"#order-{order.order_no}").get_by_role("button", name="Pay").click()
+    page.wait_for_url("**/payments/simulated/**")
+    # While the shopper is on the provider's page, the order is cancelled.
+    order_cancel(order=order, reason="shopper")
+    page.locator("#gateway-succeeded").click()
+    page.wait_for_url(re.compile(r"/orders/$"))
+    row = page.locator(f"#order-{order.order_no}")
+    expect(row.locator(".status")).to_have_text("cancelled")
+    expect(row.locator(".refund")).to_contain_text("refunded")
+    payment = Payment.objects.get(order=order)
+    assert (payment.status, payment.refund_reason) == ("refunded", "late")
+    order.refresh_from_db()
+    assert order.status == Order.Status.CANCELLED and order.paid_at is None
 
 
 def test_a_client_clock_an_hour_ahead_changes_nothing(shop_server, browser_context):
