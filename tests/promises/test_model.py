@@ -1,0 +1,197 @@
+"""A model-based test of the promise: one activity on the real PostgreSQL and Redis, and
+Hypothesis choosing the steps — purchases, drains, cancels, deadlines, payments, forced
+re-warms, reconciliations, Redis emptied and Redis rolled back to an earlier snapshot.
+After every step: no oversell in the database or in Redis, at most one live order per
+shopper, no unit returned twice; once settled, every 202 ended as an order or as a
+`failed` result with a reason (unless a fault the test injected took it), and both
+identities hold.
+
+Bounded for CI; SECKILL_MODEL_EXAMPLES=200 runs longer."""
+
+import os
+
+import pytest
+from django.db.models import Count, Sum
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+
+from inventory.models import SeckillStock, StockMovement
+from orders.models import Order, ReleasedReservation
+from orders.services import order_cancel, order_pay, orders_expire_overdue
+from seckill.lifecycle import WarmupError, activity_identity_check, activity_warmup
+from seckill.reconciliation import reconcile
+from seckill.replay import reservations_drain, reservations_replay
+from seckill.selectors import purchase_result
+from stock.layout import StockLayout
+from stock.redis_client import stock_redis
+from stock.scripts import ScriptCode
+from tests.factories import make_activity, make_users
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+SHOPPERS = 8
+EXAMPLES = int(os.environ.get("SECKILL_MODEL_EXAMPLES", "12"))
+
+
+class SaleMachine(RuleBasedStateMachine):
+    shards = 1
+    run = 0
+
+    @initialize(stock=st.integers(min_value=1, max_value=6))
+    def start(self, stock):
+        SaleMachine.run += 1
+        self.activity = make_activity(stock=stock, shards=self.shards, per_user_limit=2)
+        self.layout = StockLayout(self.activity.pk, self.shards)
+        self.users = make_users(SHOPPERS, prefix=f"m{self.shards}-{SaleMachine.run}-")
+        self.promised: dict[str, int] = {}  # reservation id -> shopper, every 202
+        self.lost: set[str] = set()  # reservations a Redis fault took with it
+        self.take_snapshot()  # the backup a rollback restores: the state right after warm-up
+
+    # --- the sale ---------------------------------------------------------------------
+
+    @rule(shopper=st.integers(0, SHOPPERS - 1), quantity=st.integers(1, 2))
+    def purchase(self, shopper, quantity):
+        user = self.users[shopper]
+        reply = self.layout.reserve(stock_redis(), user_id=user.pk, quantity=quantity, limit=2)
+        if reply.code == ScriptCode.RESERVED:
+            self.promised[reply.reservation_id] = user.pk
+
+    @rule()
+    def drain(self):
+        reservations_drain(activity_id=self.activity.pk)
+
+    @rule(which=st.integers(0, SHOPPERS - 1))
+    def shopper_cancels(self, which):
+        order = self._live(which, Order.Status.PENDING)
+        if order is not None:
+            order_cancel(order=order, reason="shopper")
+
+    @rule(which=st.integers(0, SHOPPERS - 1))
+    def deadline_passes(self, which):
+        order = self._live(which, Order.Status.PENDING)
+        if order is not None:
+            Order.objects.filter(pk=order.pk).update(pay_deadline=order.created_at)
+            orders_expire_overdue(activity_id=self.activity.pk)
+
+    @rule(which=st.integers(0, SHOPPERS - 1))
+    def pay(self, which):
+        order = self._live(which, Order.Status.PENDING)
+        if order is not None:
+            order_pay(order=order)
+
+    @rule()
+    def forced_rewarm(self):
+        try:
+            activity_warmup(activity_id=self.activity.pk, force=True)
+        except WarmupError:
+            pass  # the stock kept moving: a later step tries again
+
+    @rule()
+    def reconcile_now(self):
+        reconcile(activity_id=self.activity.pk)
+
+    # --- faults -----------------------------------------------------------------------
+
+    @rule()
+    def take_snapshot(self):
+        client = stock_redis()
+        self.snapshot: dict[str, bytes] = {k: client.dump(k) for k in self._keys() if client.exists(k)}
+        self.snapshot_log = set(self._log_ids())
+
+    @rule()
+    def redis_rolled_back(self):
+        """Redis comes back from the last snapshot (a restore, a failover to a stale replica)."""
+        self.lost |= set(self._log_ids()) - self.snapshot_log
+        client = stock_redis()
+        for key in self._keys():
+            client.delete(key)
+        for key, value in self.snapshot.items():
+            client.restore(key, 0, value, replace=True)
+        activity_identity_check(activity_id=self.activity.pk)
+
+    @rule()
+    def redis_emptied(self):
+        """Redis restarts empty (or its keys are evicted); beat's auto warm-up re-derives."""
+        self.lost |= set(self._log_ids())
+        client = stock_redis()
+        for key in self._keys():
+            client.delete(key)
+        try:
+            activity_warmup(activity_id=self.activity.pk, force=True)
+        except WarmupError:
+            pass
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _live(self, which: int, status: str) -> Order | None:
+        return Order.objects.filter(activity=self.activity, user=self.users[which], status=status).first()
+
+    def _keys(self) -> list[str]:
+        return [k for part in self.layout.stock_keys() for k in part.all()]
+
+    def _log_ids(self) -> list[str]:
+        client = stock_redis()
+        ids = []
+        for keys in self.layout.shard_keys:
+            ids += [e.decode() if isinstance(e, bytes) else e for e, _ in client.xrange(keys.log)]
+        return ids
+
+    # --- what must always hold --------------------------------------------------------
+
+    @invariant()
+    def no_oversell(self):
+        if not hasattr(self, "activity"):
+            return
+        live = Order.objects.filter(activity=self.activity, status__in=Order.LIVE_STATUSES)
+        live_units = live.aggregate(n=Sum("quantity"))["n"] or 0
+        stock = SeckillStock.objects.get(activity=self.activity)
+        assert live_units <= self.activity.redis_loaded_units
+        assert stock.available >= 0 and stock.available + live_units == stock.total
+        assert not live.values("user").annotate(n=Count("id")).filter(n__gt=1).exists(), "a shopper with two orders"
+        remaining, _ = self.layout.totals(stock_redis())
+        if remaining is not None:
+            assert remaining >= 0
+            assert remaining + live_units <= self.activity.redis_loaded_units, "Redis counts more than exists"
+        returns = StockMovement.objects.filter(activity=self.activity, kind=StockMovement.Kind.RETURN)
+        assert not returns.values("order").annotate(n=Count("id")).filter(n__gt=1).exists(), "a unit returned twice"
+
+    def teardown(self):
+        if not hasattr(self, "activity"):
+            return
+        # Settle: whatever is still in a log becomes an order or is given up, and the stock
+        # is derived again if a fault left it so.
+        activity_identity_check(activity_id=self.activity.pk)
+        if self.layout.totals(stock_redis())[0] is None:
+            activity_warmup(activity_id=self.activity.pk, force=True)
+        reservations_replay(activity_id=self.activity.pk, grace_seconds=-1)
+        ordered = set(Order.objects.filter(activity=self.activity).values_list("reservation_id", flat=True))
+        released = set(
+            ReleasedReservation.objects.filter(activity=self.activity).values_list("reservation_id", flat=True)
+        )
+        for reservation, user_id in self.promised.items():
+            if reservation in ordered or reservation in self.lost:
+                continue
+            code, reason = purchase_result(activity_id=self.activity.pk, user_id=user_id)
+            assert reservation in released or (code == "failed" and reason), (reservation, code, reason)
+        report = reconcile(activity_id=self.activity.pk)
+        assert report["identity_ok"], report
+        self.no_oversell()
+
+
+class ShardedSaleMachine(SaleMachine):
+    shards = 4
+
+
+@pytest.mark.parametrize("machine", [SaleMachine, ShardedSaleMachine], ids=["one-key", "4-shards"])
+def test_every_202_is_kept(machine):
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        ),
+    )
