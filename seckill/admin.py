@@ -55,11 +55,12 @@ class _LockedFieldsForm(forms.ModelForm):
     def clean(self):
         cleaned = super().clean() or {}
         changed = [name for name, field in self.locked_fields.items() if self._posted_change(name, field)]
+        changed += self.changed_data  # the editable ones (a shard change checks the new start)
         refusal = activity_edit_refusal(
             stored=self.stored,
             changed=changed,
             end_at=cleaned.get("end_at"),
-            start_at=self.stored.start_at,
+            start_at=cleaned.get("start_at") or self.stored.start_at,
             now=timezone.now(),
         )
         if refusal:

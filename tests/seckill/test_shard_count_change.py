@@ -176,3 +176,14 @@ def test_admin_shows_the_shards_read_only_once_the_start_is_near(merchant):
     for locked in (make_activity(stock=16, shards=8), make_activity(stock=16, shards=8, started=False)):
         page = merchant.get(f"/admin/seckill/activity/{locked.pk}/change/").content.decode()
         assert 'name="shards"' not in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_refuses_a_shard_change_with_a_start_moved_close(merchant):
+    activity = make_activity(stock=16, started=False, warm=False, shards=8)
+    soon = timezone.localtime(timezone.now() + timedelta(seconds=10))
+    data = change_form(activity, shards="2", start_at_0=soon.strftime("%Y-%m-%d"), start_at_1=soon.strftime("%H:%M:%S"))
+    response = merchant.post(f"/admin/seckill/activity/{activity.pk}/change/", data)
+    assert response.status_code == 200 and "stock shards stays 8" in response.content.decode()
+    stored = Activity.objects.get(pk=activity.pk)
+    assert (stored.shards, stored.start_at) == (8, activity.start_at)
