@@ -46,7 +46,21 @@ class ScriptCode:
     DUPLICATE = -1
     SOLD_OUT = -2
     NOT_WARMED = -3
-    INVALID = -4
+    INVALID = -4  # an argument failed the script's own checks; nothing was written
+
+
+class ScriptArgumentsInvalid(ValueError):
+    """A stock script refused its arguments (ScriptCode.INVALID) before writing anything."""
+
+    def __init__(self, script: str, args: list[str | int]):
+        super().__init__(f"stock script {script!r} refused its arguments {args!r}; nothing written")
+
+
+def _refused(script: str, reply, args: list[str | int]):
+    """The script's reply, or ScriptArgumentsInvalid for its invalid-arguments code."""
+    if reply == ScriptCode.INVALID:
+        raise ScriptArgumentsInvalid(script, args)
+    return reply
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,8 @@ def run_purchase_sharded(
     pending = claim_pending(now_ms)
     with script_timer("claim"):
         held = CLAIM(keys=[part.users, part.failed, part.pending], args=[user_id, pending, now_ms], client=client)
+    if held == ScriptCode.INVALID:
+        return PurchaseReply(ScriptCode.INVALID, 0, "")
     if held != 1:
         return PurchaseReply(ScriptCode.DUPLICATE, 0, "", held=held.decode() if isinstance(held, bytes) else held)
     reply = PurchaseReply(ScriptCode.SOLD_OUT, 0, "")
@@ -183,12 +199,9 @@ def run_return(
     client: StockRedis, keys: ActivityKeys, *, order_no: str, quantity: int, user_id: int, reservation_id: str
 ) -> bool:
     with script_timer("return"):
-        returned = RETURN(
-            keys=[keys.stock, keys.users, keys.returned],
-            args=[order_no, quantity, user_id, reservation_id],
-            client=client,
-        )
-    return bool(returned)
+        args: list[str | int] = [order_no, quantity, user_id, reservation_id]
+        returned = RETURN(keys=[keys.stock, keys.users, keys.returned], args=args, client=client)
+    return bool(_refused("return", returned, args))
 
 
 def run_warmup(
@@ -204,12 +217,9 @@ def run_warmup(
     """Set the stock if it still is ``expected`` (None: no stock key, and then the log
     still ``log_length`` entries long), with this warm-up's ``epoch``; True if written."""
     with script_timer("warmup"):
-        written = WARMUP(
-            keys=[keys.stock, keys.loaded, keys.log, keys.epoch],
-            args=[remaining, loaded, "" if expected is None else str(expected), log_length, epoch],
-            client=client,
-        )
-    return bool(written)
+        args: list[str | int] = [remaining, loaded, "" if expected is None else str(expected), log_length, epoch]
+        written = WARMUP(keys=[keys.stock, keys.loaded, keys.log, keys.epoch], args=args, client=client)
+    return bool(_refused("warmup", written, args))
 
 
 def run_freeze(client: StockRedis, keys: ActivityKeys, *, expected: int | None, log_length: int) -> bool:

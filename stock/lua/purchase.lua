@@ -11,10 +11,22 @@
 -- kick = 1 when this reservation set the drain flag: the caller then asks a worker to
 -- drain the log. Everyone else leaves it to that task, so a flood publishes a handful of
 -- messages a second instead of one per purchase.
-local qty = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
+-- Every argument is checked before the first write: a script that fails half-way would
+-- leave a partial write behind (Redis does not roll back).
+local function whole(value, least)
+  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(value)
+  if n < least then
+    return nil
+  end
+  return n
+end
+local qty = whole(ARGV[2], 1)
+local limit = whole(ARGV[3], 1)
 -- Second line of defence: the web process validated these already.
-if not qty or not limit or qty < 1 or qty ~= math.floor(qty) or qty > limit then
+if not whole(ARGV[1], 1) or not qty or not limit or qty > limit or not whole(ARGV[4], 0) or not whole(ARGV[5], 1) then
   return {-4, 0, ''}
 end
 local stock = redis.call('GET', KEYS[1])

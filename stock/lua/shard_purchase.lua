@@ -10,9 +10,21 @@
 --    1 reserved   -2 sold out   -3 not warmed   -4 invalid arguments
 -- kick = 1 when this reservation set the shard's drain flag (as in purchase.lua; the
 -- drain task drains every shard's log, so S shards ask at most S times per lifetime).
-local qty = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-if not qty or not limit or qty < 1 or qty ~= math.floor(qty) or qty > limit then
+-- Every argument is checked before the first write: a script that fails half-way would
+-- leave a partial write behind (Redis does not roll back).
+local function whole(value, least)
+  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(value)
+  if n < least then
+    return nil
+  end
+  return n
+end
+local qty = whole(ARGV[2], 1)
+local limit = whole(ARGV[3], 1)
+if not whole(ARGV[1], 1) or not qty or not limit or qty > limit or not whole(ARGV[4], 0) or not whole(ARGV[5], 1) then
   return {-4, 0, '', 0}
 end
 local stock = redis.call('GET', KEYS[1])

@@ -11,7 +11,24 @@
 -- ARGV[1] remaining   ARGV[2] loaded   ARGV[3] the stock expected now ('' = no key)
 -- ARGV[4] the log's length in the snapshot   ARGV[5] this warm-up's epoch (stock.identity)
 --
--- Returns 1 when written, 0 when the stock was not what the caller expected.
+-- Returns 1 when written, 0 when the stock was not what the caller expected, -4 for
+-- invalid arguments.
+-- Every argument is checked before the first write: a script that fails half-way would
+-- leave a partial write behind (Redis does not roll back).
+local function whole(value, least)
+  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(value)
+  if n < least then
+    return nil
+  end
+  return n
+end
+if not whole(ARGV[1], 0) or not whole(ARGV[2], 0) or not (ARGV[3] == '' or whole(ARGV[3], 0))
+    or not whole(ARGV[4], 0) then
+  return -4
+end
 local current = redis.call('GET', KEYS[1])
 if (current or '') ~= ARGV[3] then
   return 0
