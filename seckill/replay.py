@@ -68,33 +68,43 @@ def _replay_shard(activity_id: int, shard: int, cutoff_ms: int, outcome: ReplayO
             result = None
         if result is not None:
             outcome.add(result)
-            continue
-        for entry in batch:  # find the poison entries one by one
-            try:
-                outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=[entry]))
-            except (OperationalError, InterfaceError):
-                raise
-            except DatabaseError as exc:
-                attempts = reservation_attempt(
-                    activity_id=activity_id, reservation_id=entry.reservation_id, shard=entry.shard
+        else:
+            _batch_one_by_one(activity_id, batch, outcome)
+        if len(batch) < batch_size:
+            # A short read: the log held no more then. What arrived since is the next
+            # pass's, so that on a busy machine a trickle is ordered a batch at a time
+            # (the drain task pauses between passes) instead of a transaction per arrival.
+            break
+
+
+def _batch_one_by_one(activity_id: int, batch: list, outcome: ReplayOutcome) -> None:
+    """A batch that failed as a whole: find the poison entries one by one."""
+    for entry in batch:
+        try:
+            outcome.add(orders_create_from_reservations(activity_id=activity_id, entries=[entry]))
+        except (OperationalError, InterfaceError):
+            raise
+        except DatabaseError as exc:
+            attempts = reservation_attempt(
+                activity_id=activity_id, reservation_id=entry.reservation_id, shard=entry.shard
+            )
+            logger.warning("replay: reservation %s failed (attempt %s): %s", entry.reservation_id, attempts, exc)
+            # Given up in the database first, so that no late task can still order it.
+            if attempts >= settings.SECKILL_REPLAY_MAX_ATTEMPTS and reservation_give_up(
+                activity_id=activity_id, entry=entry, reason="replay_exhausted"
+            ):
+                anomaly_open(
+                    kind=AnomalyOrder.Kind.REPLAY_EXHAUSTED,
+                    activity_id=activity_id,
+                    entry=entry,
+                    details={
+                        "quantity": entry.quantity,
+                        "shard": entry.shard,
+                        "error": str(exc)[:500],
+                        "attempts": attempts,
+                    },
                 )
-                logger.warning("replay: reservation %s failed (attempt %s): %s", entry.reservation_id, attempts, exc)
-                # Given up in the database first, so that no late task can still order it.
-                if attempts >= settings.SECKILL_REPLAY_MAX_ATTEMPTS and reservation_give_up(
-                    activity_id=activity_id, entry=entry, reason="replay_exhausted"
-                ):
-                    anomaly_open(
-                        kind=AnomalyOrder.Kind.REPLAY_EXHAUSTED,
-                        activity_id=activity_id,
-                        entry=entry,
-                        details={
-                            "quantity": entry.quantity,
-                            "shard": entry.shard,
-                            "error": str(exc)[:500],
-                            "attempts": attempts,
-                        },
-                    )
-                    outcome.released += 1
+                outcome.released += 1
 
 
 def reservations_drain(*, activity_id: int) -> ReplayOutcome:
