@@ -4,7 +4,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
-from csp.constants import NONE, SELF, UNSAFE_INLINE
+from csp.constants import NONE, SELF
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -180,15 +180,14 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"
 
 # --- Content Security Policy (django-csp) -----------------------------------------------
-# Only this origin's scripts, styles and connections; no inline script, no framing.
-# The API docs page (Swagger UI from its CDN) widens it for that view alone (config/urls.py).
+# Only this origin's scripts, styles and connections; no inline script or style, no framing.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [SELF],
         "script-src": [SELF],
-        # Inline styles stay allowed (the admin report's SVG charts carry their own);
-        # inline script, the XSS vector, does not.
-        "style-src": [SELF, UNSAFE_INLINE],
+        # No inline style either (styles can leak a page's content): stylesheets are files, and
+        # the admin report's SVG charts are images (data: URIs) that carry their own.
+        "style-src": [SELF],
         "img-src": [SELF, "data:"],
         "font-src": [SELF],
         "connect-src": [SELF],

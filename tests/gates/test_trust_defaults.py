@@ -142,3 +142,30 @@ def test_close_waits_for_the_database_clock(monkeypatch):
     with pytest.raises(WarmupError):
         activity_close(activity_id=activity.pk)
     assert Activity.objects.get(pk=activity.pk).status == Activity.Status.WARMED
+
+
+def _style_src(response) -> str:
+    policy = response["Content-Security-Policy"]
+    return dict(part.strip().split(" ", 1) for part in policy.split(";") if part.strip())["style-src"]
+
+
+@pytest.mark.django_db
+def test_no_inline_style_is_allowed_and_the_pages_need_none():
+    from seckill.reconciliation import reconcile
+
+    activity = make_activity()
+    reconcile(activity_id=activity.pk)
+    for path in ["/", "/accounts/login/", "/accounts/signup/", "/api/docs/"]:
+        page = Client().get(path)
+        assert page.status_code == 200 and _style_src(page) == "'self'", path
+        assert "<style" not in page.content.decode() and ' style="' not in page.content.decode(), path
+    staff = get_user_model().objects.create_superuser("auditor", password="x")
+    client = Client()
+    client.force_login(staff)
+    report = client.get(f"/admin/orders/reconciliationreport/activity/{activity.pk}/")
+    assert report.status_code == 200 and _style_src(report) == "'self'"
+    body = report.content.decode()
+    assert "<style" not in body and ' style="' not in body.split('id="content"', 1)[1]
+    assert body.count('src="data:image/svg+xml') == 3  # the charts, each an image with its own styles
+    for template in (BASE_DIR / "templates").rglob("*.html"):
+        assert ' style="' not in template.read_text() and "<style" not in template.read_text(), template
