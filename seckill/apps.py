@@ -21,12 +21,13 @@ class SeckillConfig(AppConfig):
 
 
 def rates_check(app_configs=None, **kwargs) -> list:
-    """SECKILL_RATE_PER_USER / _PER_IP come from the environment: a typo must stop the
-    start-up with a message, not answer 500 on every purchase."""
+    """SECKILL_RATE_PER_USER, _PER_IP and SECKILL_AUTH_FAILURES_PER_IP come from the
+    environment: a typo must stop the start-up with a message, not answer 500 on every
+    request."""
     from .models import validate_rate  # the admin's check of an activity's own rates
 
     errors = []
-    for name in ("SECKILL_RATE_PER_USER", "SECKILL_RATE_PER_IP"):
+    for name in ("SECKILL_RATE_PER_USER", "SECKILL_RATE_PER_IP", "SECKILL_AUTH_FAILURES_PER_IP"):
         value = getattr(settings, name)
         try:
             validate_rate(value)

@@ -116,6 +116,9 @@ def test_rates_parse_and_a_bad_setting_stops_the_start_up():
     assert errors[0].level == checks.ERROR
     with override_settings(SECKILL_RATE_PER_USER="off", SECKILL_RATE_PER_IP="5/s"):
         assert rates_check() == []
+    with override_settings(SECKILL_AUTH_FAILURES_PER_IP="30 per minute"):
+        errors = rates_check()
+    assert [e.id for e in errors] == ["seckill.E001"] and "SECKILL_AUTH_FAILURES_PER_IP" in errors[0].msg
 
 
 def test_right_after_the_start_an_unknown_token_does_not_make_the_purchase_token():
