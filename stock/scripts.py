@@ -77,10 +77,10 @@ def run_purchase_sharded(
     client: StockRedis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
 ) -> PurchaseReply:
     """Claim the shopper in their partition, then try a random shard and up to two more
-    distinct ones; on success the claim records the reservation, otherwise it is released.
-
-    Each script touches one slot. Known limit: with S > 3 a purchase may be refused
-    ``sold_out`` while an untried shard still holds units; later buyers get them.
+    distinct ones; if those have too little, read every other shard's stock (one
+    pipelined round) and try those that have enough, fullest first, so a purchase is
+    refused ``sold_out`` only when no shard could serve it. On success the claim records
+    the reservation, otherwise it is released. Each script touches one slot.
     """
     part = keys.user_partition(user_id, partitions)
     now_ms = int(time.time() * 1000)
@@ -91,12 +91,35 @@ def run_purchase_sharded(
         return PurchaseReply(ScriptCode.INVALID, 0, "")
     if held != 1:
         return PurchaseReply(ScriptCode.DUPLICATE, 0, "", held=held.decode() if isinstance(held, bytes) else held)
-    reply = PurchaseReply(ScriptCode.SOLD_OUT, 0, "")
     # A Redis error on the way leaves the claim pending: a timed-out script may have
     # reserved, and a shopper blocked is safer than one who can buy twice. Once it is
     # older than SECKILL_CLAIM_PENDING_TIMEOUT, seckill.claims.claim_pending_settle
     # settles it from the shard logs and the orders.
-    for shard in random.sample(range(shards), min(SHARD_TRIES, shards)):
+    tried = random.sample(range(shards), min(SHARD_TRIES, shards))
+    reply = _shard_purchases(client, keys, tried, user_id=user_id, quantity=quantity, limit=limit)
+    if reply.code == ScriptCode.SOLD_OUT and shards > len(tried):
+        rest = [i for i in range(shards) if i not in tried]
+        pipe = client.pipeline(transaction=False)  # a pipeline, not MGET: the shards' slots differ
+        for i in rest:
+            pipe.get(keys.shard(i).stock)
+        stocks = {i: int(v) for i, v in zip(rest, pipe.execute(), strict=True) if v is not None}
+        fuller = sorted((i for i, n in stocks.items() if n >= quantity), key=lambda i: -stocks[i])
+        if fuller:
+            reply = _shard_purchases(client, keys, fuller, user_id=user_id, quantity=quantity, limit=limit)
+    # Reserved: the claim names the reservation (so release and return find it);
+    # otherwise the shopper is free to try again.
+    reserved = reply.code == ScriptCode.RESERVED
+    new = claim_value(reply.shard, reply.reservation_id) if reserved else ""
+    run_claim_settle(client, part, user_id=user_id, expected=pending, new=new)
+    return reply
+
+
+def _shard_purchases(
+    client: StockRedis, keys: ActivityKeys, shards: list[int], *, user_id: int, quantity: int, limit: int
+) -> PurchaseReply:
+    """The shard step on each of ``shards`` in turn until one answers other than sold out."""
+    reply = PurchaseReply(ScriptCode.SOLD_OUT, 0, "")
+    for shard in shards:
         shard_keys = keys.shard(shard)
         with script_timer("shard_purchase"):
             code, remaining, reservation, kick = SHARD_PURCHASE(
@@ -109,11 +132,6 @@ def run_purchase_sharded(
         reply = PurchaseReply(int(code), int(remaining), reservation, shard=shard, kick=bool(kick))
         if reply.code != ScriptCode.SOLD_OUT:
             break
-    # Reserved: the claim names the reservation (so release and return find it);
-    # otherwise the shopper is free to try again.
-    reserved = reply.code == ScriptCode.RESERVED
-    new = claim_value(reply.shard, reply.reservation_id) if reserved else ""
-    run_claim_settle(client, part, user_id=user_id, expected=pending, new=new)
     return reply
 
 
