@@ -116,7 +116,6 @@ def db_scenario(*, seconds: float, threads: int) -> dict:
 
     from inventory.models import Product
     from seckill.activities import activity_create
-    from seckill.breaker import resync_epoch
     from seckill.fallback import purchase_fallback
     from seckill.selectors import activity_snapshot
 
@@ -129,14 +128,15 @@ def db_scenario(*, seconds: float, threads: int) -> dict:
         start_at=now - timedelta(seconds=1),
         end_at=now + timedelta(hours=1),
         total_stock=10**6,
+        db_reserve=10**6,  # the database path sells only its reserve
     )
     User = get_user_model()
     tag = f"scale{int(time.time())}"
     User.objects.bulk_create([User(username=f"{tag}-{i}") for i in range(20000)], batch_size=2000)
     user_ids = list(User.objects.filter(username__startswith=f"{tag}-").values_list("pk", flat=True))
-    # The real database path (the resync lock held shared, the epoch read, then the order
-    # insert and the conditional stock update), as a purchase takes it while Redis is away.
-    snapshot, epoch = activity_snapshot(activity.pk), resync_epoch()
+    # The real database path (the order insert and the conditional update of the reserve),
+    # as a purchase takes it while Redis is away.
+    snapshot = activity_snapshot(activity.pk)
     lock, counts = threading.Lock(), [0]
     deadline = time.perf_counter() + seconds
 
@@ -147,7 +147,7 @@ def db_scenario(*, seconds: float, threads: int) -> dict:
                     if not user_ids:
                         return
                     user_id = user_ids.pop()
-                purchase_fallback(activity=snapshot, user_id=user_id, quantity=1, epoch=epoch)
+                purchase_fallback(activity=snapshot, user_id=user_id, quantity=1)
                 with lock:
                     counts[0] += 1
         finally:

@@ -19,12 +19,15 @@ class Product(models.Model):
 class SeckillStock(models.Model):
     """The database's copy of one activity's stock: the guard behind Redis.
 
-    ``available`` changes only in ``inventory.services`` through conditional updates.
+    Two shares, each its own conditional counter: ``reserve`` (escrow) is the part of
+    ``available`` only the database path sells and Redis never holds; ``available -
+    reserve`` is Redis's share. Both change only in ``inventory.services``.
     """
 
     activity = models.OneToOneField("seckill.Activity", on_delete=models.CASCADE, related_name="stock")
     total = models.PositiveIntegerField()
     available = models.IntegerField()
+    reserve = models.PositiveIntegerField(default=0)
     version = models.PositiveBigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -34,6 +37,9 @@ class SeckillStock(models.Model):
             models.CheckConstraint(condition=models.Q(available__gte=0), name="stock_available_not_negative"),
             models.CheckConstraint(
                 condition=models.Q(available__lte=models.F("total")), name="stock_available_within_total"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(reserve__lte=models.F("available")), name="stock_reserve_within_available"
             ),
         ]
 

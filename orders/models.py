@@ -4,6 +4,10 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from payments.models import BasePayment
 
+# Reservation ids of orders the database path sold from the reserve (Redis away); log
+# ids look like "1700000000000-0".
+DB_PATH_PREFIX = "db-"
+
 
 class Order(models.Model):  # type: ignore[django-manager-missing]  # Payment subclasses an untyped BasePayment
     class Status(models.TextChoices):
@@ -55,6 +59,11 @@ class Order(models.Model):  # type: ignore[django-manager-missing]  # Payment su
 
     def __str__(self) -> str:
         return self.order_no
+
+    @property
+    def from_reserve(self) -> bool:
+        """Sold by the database path from the reserve: its units never were in Redis."""
+        return self.reservation_id.startswith(DB_PATH_PREFIX)
 
 
 class ReleasedReservation(models.Model):

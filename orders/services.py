@@ -15,15 +15,20 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core import metrics
-from inventory.services import InsufficientStock, stock_deduct, stock_lock, stock_return
+from inventory.services import InsufficientStock, Share, stock_deduct, stock_lock, stock_return
 from seckill.models import Activity
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
-from stock.reservations import order_units_return, reservation_release, reservations_acknowledge_entries
+from stock.reservations import (
+    order_participant_free,
+    order_units_return,
+    reservation_release,
+    reservations_acknowledge_entries,
+)
 from stock.scripts import LogEntry, ScriptCode
 
-from .models import AnomalyOrder, Order, ReleasedReservation
+from .models import DB_PATH_PREFIX, AnomalyOrder, Order, ReleasedReservation
 
 logger = logging.getLogger(__name__)
 
@@ -271,7 +276,7 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
     try:
         with transaction.atomic():
             inserted = _insert_orders(activity_id=activity_id, entries=entries)
-            stock_deduct(activity_id=activity_id, orders=inserted)
+            stock_deduct(activity_id=activity_id, orders=inserted, share=Share.REDIS)
             # Read after the stock row's lock (taken by the deduction): a give-up committed
             # before it is visible now, and one still to come waits for this commit.
             given_up = _reservations_given_up(activity_id=activity_id, entries=inserted)
@@ -344,28 +349,25 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
 
 # --- the database path (Redis away) ---------------------------------------------
 
-# Reservation ids of orders made without Redis; log ids look like "1700000000000-0".
-DB_PATH_PREFIX = "db-"
-
 
 class OrderDuplicate(Exception):
     """The shopper already holds a live order for the activity."""
 
 
 def order_create_direct(*, activity_id: int, user_id: int, quantity: int) -> NewOrder:
-    """A purchase on the database alone: the order insert and the conditional stock
-    update in one transaction, the same two steps the consumer runs. The safety stock
-    is never sold this way.
+    """A purchase on the database alone: the order insert and the conditional update of
+    the reserve in one transaction, the same two steps the consumer runs. Only the
+    reserve is sold this way: Redis never holds it.
 
-    Raises InsufficientStock (sold out) or OrderDuplicate; nothing is written then.
+    Raises InsufficientStock (the reserve cannot cover it) or OrderDuplicate; nothing is
+    written then.
     """
-    safety_stock = Activity.objects.values_list("safety_stock", flat=True).get(pk=activity_id)
     entry = LogEntry(f"{DB_PATH_PREFIX}{uuid.uuid4().hex[:20]}", user_id, quantity, 0)
     with transaction.atomic():
         inserted = _insert_orders(activity_id=activity_id, entries=[entry])
         if not inserted:
             raise OrderDuplicate(f"user {user_id} already holds a live order for activity {activity_id}")
-        stock_deduct(activity_id=activity_id, orders=inserted, reason="order_created_db_path", keep=safety_stock)
+        stock_deduct(activity_id=activity_id, orders=inserted, share=Share.RESERVE, reason="order_created_db_path")
     return inserted[0]
 
 
@@ -449,8 +451,11 @@ def orders_cancel(*, order_ids: list[int], reason: str, now, due_only: bool, ski
             for pk, activity_id, no, user_id, quantity, rid, shard in rows
         ]
         for activity_id in sorted({o.activity_id for o in cancelled}):
-            group = [o for o in cancelled if o.activity_id == activity_id]
-            stock_return(activity_id=activity_id, orders=group, reason=f"order_cancelled:{reason}")
+            for share in (Share.REDIS, Share.RESERVE):  # each unit back to the share it was sold from
+                group = [
+                    o for o in cancelled if o.activity_id == activity_id and o.from_reserve == (share is Share.RESERVE)
+                ]
+                stock_return(activity_id=activity_id, orders=group, share=share, reason=f"order_cancelled:{reason}")
         if cancelled:
             # robust: the cancel is committed; a failure here is logged and reconciliation returns the units.
             transaction.on_commit(lambda: orders_units_return(orders=cancelled), robust=True)
@@ -491,8 +496,13 @@ def orders_units_return(*, orders: list[Order]) -> int:
 
 def order_units_return_safely(*, order: Order) -> bool:
     """The one place a cancelled order's units go back to Redis: ``order`` carries the
-    shard the units came from."""
+    shard the units came from. A reserve order's units never were in Redis: its shopper
+    is freed there, nothing more."""
     try:
+        if order.from_reserve:
+            return order_participant_free(
+                activity_id=order.activity_id, user_id=order.user_id, reservation_id=order.reservation_id
+            )
         return order_units_return(
             activity_id=order.activity_id,
             order_no=order.order_no,
@@ -568,9 +578,10 @@ def order_deduction_repair(*, order: Order, reason: str = "reconcile_missing_ded
     """Take a live order's units from the database stock when it never was (no DEDUCT
     row). Once per order: the ledger's unique (order, kind) turns a second try into a
     rollback. Returns True when deducted now."""
+    share = Share.RESERVE if order.from_reserve else Share.REDIS
     try:
         with transaction.atomic():
-            stock_deduct(activity_id=order.activity_id, orders=[order], reason=reason)
+            stock_deduct(activity_id=order.activity_id, orders=[order], share=share, reason=reason)
     except (InsufficientStock, IntegrityError):
         return False
     return True
@@ -646,7 +657,7 @@ def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Orde
         try:
             with transaction.atomic():
                 inserted = _insert_orders(activity_id=activity.pk, entries=[entry])
-                stock_deduct(activity_id=activity.pk, orders=inserted, reason="staff_recreate")
+                stock_deduct(activity_id=activity.pk, orders=inserted, share=Share.REDIS, reason="staff_recreate")
         except InsufficientStock as exc:
             raise AnomalyActionError(f"the database has no stock: {exc}") from exc
         orders_expiry_schedule(orders=inserted)

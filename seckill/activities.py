@@ -15,7 +15,7 @@ from inventory.services import stock_create, stock_set_total
 from orders.models import Order
 
 from .lifecycle import _activity_relayout_logged, activity_start_schedule
-from .models import Activity
+from .models import Activity, default_db_reserve
 from .selectors import (
     ActivitySnapshot,
     activity_snapshot_forget,
@@ -36,9 +36,12 @@ def activity_create(
     per_user_limit: int = 1,
     shards: int = 1,
     safety_stock: int = 0,
+    db_reserve: int | None = None,
     pay_timeout: int | None = None,
 ) -> Activity:
-    """Create an activity together with its database stock row."""
+    """Create an activity together with its database stock row. ``db_reserve`` None: the
+    default share of the total (SECKILL_DB_RESERVE_PERCENT), within what the safety
+    stock leaves."""
     activity = Activity(
         title=title,
         product=product,
@@ -49,15 +52,25 @@ def activity_create(
         per_user_limit=per_user_limit,
         shards=shards,
         safety_stock=safety_stock,
+        db_reserve=db_reserve,
         pay_timeout=pay_timeout if pay_timeout is not None else settings.SECKILL_DEFAULT_PAY_TIMEOUT,
     )
+    _db_reserve_default(activity)
     activity.full_clean()
     with transaction.atomic():
         activity.save()
-        stock_create(activity_id=activity.pk, total=total_stock)
+        stock_create(activity_id=activity.pk, total=total_stock, reserve=activity.reserve_units)
         activity_start_schedule(activity_id=activity.pk)
     activity_snapshot_forget(activity.pk)  # the id may be cached as absent
     return activity
+
+
+def _db_reserve_default(activity: Activity) -> None:
+    """A blank reserve becomes the default share, so a saved activity always says how
+    many units its database path may sell."""
+    if activity.db_reserve is None and activity.total_stock is not None:
+        held_back = max(0, activity.total_stock - (activity.safety_stock or 0))
+        activity.db_reserve = min(default_db_reserve(activity.total_stock), held_back)
 
 
 _SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at"})
@@ -69,10 +82,18 @@ SHARDS_CHANGE_LEAD = timedelta(seconds=60)
 
 # What a reservation was made under: once the sale is warmed or has started, Redis holds
 # stock laid out from these and shoppers hold reservations charged at this price.
-LIVE_LOCKED_FIELDS = ("start_at", "seckill_price", "total_stock", "shards", "per_user_limit", "safety_stock")
+LIVE_LOCKED_FIELDS = (
+    "start_at",
+    "seckill_price",
+    "total_stock",
+    "shards",
+    "per_user_limit",
+    "safety_stock",
+    "db_reserve",
+)
 LIVE_LOCK_REASON = "cannot change once the sale is warmed or has started"
 # Units may be sold (database path) or ordered: the stock figures stay.
-_STOCK_FIELDS = ("total_stock", "safety_stock", "shards", "per_user_limit")
+_STOCK_FIELDS = ("total_stock", "safety_stock", "db_reserve", "shards", "per_user_limit")
 
 
 class ActivityChangeRefused(Exception):
@@ -147,6 +168,7 @@ def activity_save(*, activity: Activity) -> Activity:
     here, before anything is written. After the commit the old layout's keys that a
     failed warm-up may have left are removed (``activity_stock_relayout``).
     """
+    _db_reserve_default(activity)
     stored = Activity.objects.filter(pk=activity.pk).first()
     with transaction.atomic():
         if stored is not None:
@@ -165,9 +187,13 @@ def activity_save(*, activity: Activity) -> Activity:
                 Activity.objects.filter(pk=activity.pk).update(purchase_token=None)
         stock = SeckillStock.objects.filter(activity_id=activity.pk).first()
         if stock is None:
-            stock_create(activity_id=activity.pk, total=activity.total_stock)
-        elif stock.total != activity.total_stock:
-            stock_set_total(activity_id=activity.pk, total=activity.total_stock)
+            stock_create(activity_id=activity.pk, total=activity.total_stock, reserve=activity.reserve_units)
+        elif stored is not None and (stored.total_stock, stored.reserve_units) != (
+            activity.total_stock,
+            activity.reserve_units,
+        ):
+            # Only before any sale (the fields lock once an order exists): ``reserve`` is a live counter.
+            stock_set_total(activity_id=activity.pk, total=activity.total_stock, reserve=activity.reserve_units)
         activity_start_schedule(activity_id=activity.pk)
         if relayout and stored is not None:
             old_shards = stored.shards

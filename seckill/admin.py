@@ -32,13 +32,18 @@ from .selectors import redis_remaining_many
 class SeckillStockInline(admin.StackedInline):
     model = SeckillStock
     can_delete = False
+    verbose_name_plural = "database stock and its two shares"
     # A tuple: both attributes take it (a list is typed for one only).
-    readonly_fields = ("total", "available", "version", "updated_at")
+    readonly_fields = ("total", "available", "redis_share", "reserve", "version", "updated_at")
     fields = readonly_fields
     extra = 0
 
     def has_add_permission(self, request, obj=None):
         return False
+
+    @admin.display(description="Redis's share left (available − reserve)")
+    def redis_share(self, obj):
+        return obj.available - obj.reserve
 
 
 def _stored(obj: Activity) -> Activity:
@@ -117,8 +122,10 @@ class ActivityAdmin(admin.ModelAdmin):
         (
             "Stock",
             {
-                "fields": ["total_stock", "safety_stock", "shards", "per_user_limit"],
+                "fields": ["total_stock", "safety_stock", "db_reserve", "shards", "per_user_limit"],
                 "description": (
+                    "Two owners, never the same unit: Redis sells the total less the safety stock and the "
+                    "database reserve; the database reserve is sold only while Redis is away. "
                     "Shards split the stock over several Redis keys (for a Redis Cluster; 1 is the fast default). "
                     f"They can change until {int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, "
                     "while no order exists and the sale is not warmed; the warm-up lays the stock out over them."

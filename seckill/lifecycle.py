@@ -156,10 +156,13 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
             )
         unordered_units = picture.reserved_not_ordered_units
         not_returned_units = sum(o.quantity for o in picture.not_returned)
-        remaining = db["db_available"] - activity.safety_stock - unordered_units - not_returned_units
+        # Redis's share only: the reserve (``db_reserve_left``) is never in Redis.
+        redis_share = db["db_available"] - db["db_reserve_left"]
+        remaining = redis_share - activity.safety_stock - unordered_units - not_returned_units
         if remaining < 0:
             raise WarmupError(
-                f"cannot warm: database available {db['db_available']} - safety {activity.safety_stock} "
+                f"cannot warm: database available {db['db_available']} - reserve {db['db_reserve_left']} "
+                f"- safety {activity.safety_stock} "
                 f"- unordered reservations {unordered_units} - cancelled units not yet returned "
                 f"{not_returned_units} is negative; reconcile first"
             )

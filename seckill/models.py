@@ -13,6 +13,12 @@ def default_pay_timeout() -> int:
     return settings.SECKILL_DEFAULT_PAY_TIMEOUT
 
 
+def default_db_reserve(total_stock: int) -> int:
+    """The database reserve of an activity created without one: SECKILL_DB_RESERVE_PERCENT
+    of its total, rounded down."""
+    return total_stock * settings.SECKILL_DB_RESERVE_PERCENT // 100
+
+
 # At least one request per window, and a window of at least one period: "0/s" would
 # refuse everything and "10/0s" would limit nothing.
 RATE_RE = re.compile(r"^0*[1-9]\d*/(0*[1-9]\d*)?[smhd]\Z")
@@ -47,6 +53,17 @@ class Activity(models.Model):
     shards = models.PositiveSmallIntegerField(_("stock shards"), default=1)
     safety_stock = models.PositiveIntegerField(
         _("safety stock"), default=0, help_text=_("Units held back from Redis for manual calibration after faults.")
+    )
+    # Escrow: units only the database path sells (while Redis is away); Redis never holds
+    # them, so the two paths never own the same unit. Blank: filled in when saved.
+    db_reserve = models.PositiveIntegerField(
+        _("database reserve"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Units only the database sells while Redis is away; Redis never holds them. "
+            "Blank = SECKILL_DB_RESERVE_PERCENT of the total stock."
+        ),
     )
     pay_timeout = models.PositiveIntegerField(_("payment timeout (seconds)"), default=default_pay_timeout)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.SCHEDULED)
@@ -118,6 +135,11 @@ class Activity(models.Model):
             models.CheckConstraint(
                 condition=models.Q(safety_stock__lte=models.F("total_stock")), name="activity_safety_within_total"
             ),
+            models.CheckConstraint(
+                condition=models.Q(db_reserve__lte=models.F("total_stock") - models.F("safety_stock"))
+                | models.Q(db_reserve__isnull=True),
+                name="activity_reserve_within_total",
+            ),
         ]
         indexes = [models.Index(fields=["status", "start_at"])]
 
@@ -132,9 +154,14 @@ class Activity(models.Model):
         return self.phase_at()
 
     @property
+    def reserve_units(self) -> int:
+        """The database reserve (escrow), once saved; 0 before."""
+        return self.db_reserve or 0
+
+    @property
     def redis_loaded_units(self) -> int:
-        """What warm-up loads into Redis: the total less the safety stock."""
-        return self.total_stock - self.safety_stock
+        """What warm-up loads into Redis: the total less the safety stock and the reserve."""
+        return self.total_stock - self.safety_stock - self.reserve_units
 
 
 def activity_phase(*, status: str, start_at: datetime, end_at: datetime, now: datetime | None = None) -> str:
@@ -188,20 +215,3 @@ class ShopperProfile(models.Model):
 
     def __str__(self) -> str:
         return f"profile of user {self.user_id}"
-
-
-class ResyncEpoch(models.Model):
-    """How many times the stock Redis has been re-synchronised from the database after
-    database-path sales: one row (id 1, created by the first re-synchronisation; none
-    reads as 0). A web process remembers the value when its circuit breaker opens; a
-    database-path purchase that finds it moved since sells nothing (``seckill.fallback``)."""
-
-    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
-    value = models.BigIntegerField(default=0)
-    bumped_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [models.CheckConstraint(condition=models.Q(id=1), name="resync_epoch_single_row")]
-
-    def __str__(self) -> str:
-        return f"resync epoch {self.value}"

@@ -12,8 +12,7 @@ from stock.scripts import PurchaseReply, ScriptCode
 
 from .breaker import redis_breaker
 from .claims import claim_pending_settle
-from .fallback import Reserved, ResyncedMeanwhile, purchase_fallback, stock_resync
-from .lifecycle import WarmupError
+from .fallback import Reserved, purchase_fallback, reserve_participants_sync
 from .selectors import (
     ActivitySnapshot,
 )
@@ -26,26 +25,19 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     """Gate 2: the atomic Lua script; then hand the reservation to a Celery worker.
 
     The caller has run gate 1 (input, time window, token). Raises ApiError otherwise.
-    With Redis away, the circuit breaker sends purchases to the database path
-    (``seckill.fallback``); its half-open probe waits for those in flight to commit,
-    then re-synchronises the stock before it closes (``seckill.breaker``).
+    With Redis away, the circuit breaker sends purchases to the database path, which
+    sells the activity's reserve only (``seckill.fallback``).
     """
-    return _purchase(activity, user_id=user_id, quantity=quantity, retry=True)
-
-
-def _purchase(activity: ActivitySnapshot, *, user_id: int, quantity: int, retry: bool) -> Reserved:
-    """``retry``: a database-path purchase that finds the stock re-synchronised since its
-    breaker opened may try once more, through Redis (see ``_purchase_database_path``)."""
     breaker = redis_breaker()
     ticket = breaker.allow()
     database_path = functools.partial(
-        _purchase_database_path, breaker, activity=activity, user_id=user_id, quantity=quantity, retry=retry
+        _purchase_database_path, breaker, activity=activity, user_id=user_id, quantity=quantity
     )
     if ticket is None:
         return database_path()
     try:
         if ticket == breaker.PROBE:
-            stock_resync(before_close=True)
+            reserve_participants_sync()  # who bought from the reserve cannot buy again through Redis
         reply = _reserve(activity, user_id=user_id, quantity=quantity)
         if (
             reply.code == ScriptCode.DUPLICATE
@@ -64,10 +56,6 @@ def _purchase(activity: ActivitySnapshot, *, user_id: int, quantity: int, retry:
     except redis.RedisError as exc:
         breaker.record_failure(ticket)
         logger.warning("purchase: Redis unavailable for activity %s, database path: %s", activity.id, exc)
-        return database_path()
-    except WarmupError as exc:
-        breaker.record_failure(ticket)
-        logger.error("purchase: re-synchronising the stock failed; breaker stays open: %s", exc)
         return database_path()
     except BaseException:
         if ticket == breaker.PROBE:  # a probe ending any other way must not leave the breaker half-open
@@ -99,30 +87,12 @@ def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int) -> Purc
     )
 
 
-def _purchase_database_path(
-    breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int, retry: bool
-) -> Reserved:
+def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
     """The database path, only while the breaker is open; busy otherwise (closed after a
-    failure below the threshold, or half-open: the probe waits for this path to be idle).
-    The breaker counts the purchase in flight until it has committed or failed.
-
-    When the stock was re-synchronised since the breaker opened (another process's probe
-    or beat found Redis back), nothing is sold here: the breaker turns half-open and,
-    once, the purchase starts again, which makes this caller the probe (Redis, after a
-    re-synchronisation of its own) unless another caller of this process is on it (busy)."""
-    opening = breaker.fallback_begin()
-    if opening is None:
+    failure below the threshold, or half-open while the probe runs)."""
+    if not breaker.database_path_open():
         raise busy()
-    try:
-        return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity, epoch=opening.epoch)
-    except ResyncedMeanwhile:
-        logger.warning("purchase: the stock was re-synchronised since this process lost Redis; probing Redis")
-        breaker.resynced(opening)
-    finally:
-        breaker.fallback_end()
-    if retry:
-        return _purchase(activity, user_id=user_id, quantity=quantity, retry=False)
-    raise busy()
+    return purchase_fallback(activity=activity, user_id=user_id, quantity=quantity)
 
 
 def _enqueue_drain(activity_id: int) -> None:

@@ -2,16 +2,19 @@
 every difference sorted into a bucket and acted on (docs/LIFECYCLE.md).
 
 stock loaded into Redis = Redis remaining + reserved-not-ordered + pending + paid units
+                          (of orders from Redis reservations)
 DB total                = DB available + pending + paid units
+database reserve        = reserve left + pending + paid units of database-path orders
 
 Buckets and their actions:
 - reserved_not_ordered (log entries without an order): those older than the replay
   grace are replayed into orders; after the attempt limit the replay returns the
   stock and opens an anomaly.
 - pending_past_deadline: cancelled with reason "timeout" (stock back to both sides).
-- cancelled_not_returned (cancelled orders not in the Redis ``returned`` set, which
-  names the cancelled orders whose units are in the stock key): their units are
-  returned to Redis, once.
+- cancelled_not_returned (cancelled orders of Redis reservations not in the Redis
+  ``returned`` set, which names the cancelled orders whose units are in the stock key):
+  their units are returned to Redis, once. (A database-path order's units go back to
+  the reserve in the cancel's own transaction; Redis never had them.)
 - not_deducted (live orders without a DEDUCT ledger row): deducted now when the
   database has the units in excess (the deduction never happened); a paid one, and
   one whose ledger row alone is missing, becomes an anomaly.
@@ -33,7 +36,7 @@ from django.utils import timezone
 
 from core import metrics
 from inventory.models import SeckillStock, StockMovement
-from orders.models import AnomalyOrder, Order, ReconciliationReport
+from orders.models import DB_PATH_PREFIX, AnomalyOrder, Order, ReconciliationReport
 from orders.services import (
     anomaly_record,
     order_deduction_repair,
@@ -77,6 +80,8 @@ REPORT_CONTRACT_KEYS = frozenset(
         "units_pending",
         "units_paid",
         "units_cancelled",
+        "db_reserve",
+        "db_reserve_left",
         "buckets",
         "anomalies_opened",
         "identity_ok",
@@ -99,20 +104,30 @@ class Measurement:
         return self.db["units_pending"] + self.db["units_paid"]
 
     @property
+    def redis_live_units(self) -> int:
+        """Live units of orders made from Redis reservations (not from the reserve)."""
+        return self.live_units - self.db["units_reserve_live"]
+
+    @property
     def reserved_not_ordered_units(self) -> int:
         return sum(e.quantity for e in self.unordered)
 
     @property
     def redis_drift(self) -> int | None:
-        """loaded - (remaining + reserved-not-ordered + live); None when not warmed."""
+        """loaded - (remaining + reserved-not-ordered + live from Redis); None when not warmed."""
         if self.redis.stock is None or self.redis.loaded is None:  # not warmed
             return None
-        return self.redis.loaded - (self.redis.stock + self.reserved_not_ordered_units + self.live_units)
+        return self.redis.loaded - (self.redis.stock + self.reserved_not_ordered_units + self.redis_live_units)
 
     @property
     def db_drift(self) -> int:
         """total - (available + live); negative = the database holds units it sold."""
         return self.db["db_total"] - self.db["db_available"] - self.live_units
+
+    @property
+    def reserve_drift(self) -> int:
+        """reserve held - (reserve left + live database-path units)."""
+        return self.db["db_reserve"] - self.db["db_reserve_left"] - self.db["units_reserve_live"]
 
     @property
     def deductible(self) -> list[dict]:
@@ -131,7 +146,8 @@ class Measurement:
         redis_part = None
         if self.redis_drift is not None:
             redis_part = self.redis_drift - sum(o.quantity for o in self.not_returned)
-        return {"redis": redis_part, "db": self.db_drift + sum(o["quantity"] for o in self.deductible)}
+        db_part = self.db_drift + sum(o["quantity"] for o in self.deductible)
+        return {"redis": redis_part, "db": db_part, "reserve": self.reserve_drift}
 
     def stale_unordered(self, grace_seconds: float) -> list[LogEntry]:
         cutoff_ms = (timezone.now().timestamp() - grace_seconds) * 1000
@@ -146,14 +162,17 @@ def _db_figures(activity_id: int, snapshot: RedisSnapshot) -> dict:
         if fresh:
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        activity = Activity.objects.only("pk", "status").get(pk=activity_id)
+        activity = Activity.objects.only("pk", "status", "db_reserve").get(pk=activity_id)
         stock = SeckillStock.objects.get(activity_id=activity_id)
         orders = Order.objects.filter(activity_id=activity_id)
+        from_reserve = Q(reservation_id__startswith=DB_PATH_PREFIX)
         sums = orders.aggregate(
             pending=Sum("quantity", filter=Q(status=Order.Status.PENDING), default=0),
             paid=Sum("quantity", filter=Q(status=Order.Status.PAID), default=0),
             cancelled=Sum("quantity", filter=Q(status=Order.Status.CANCELLED), default=0),
-            cancelled_orders=Count("id", filter=Q(status=Order.Status.CANCELLED)),
+            reserve_live=Sum("quantity", filter=Q(status__in=Order.LIVE_STATUSES) & from_reserve, default=0),
+            # Of Redis reservations: those whose units go back to Redis.
+            cancelled_orders=Count("id", filter=Q(status=Order.Status.CANCELLED) & ~from_reserve),
             pending_overdue=Count("id", filter=Q(status=Order.Status.PENDING, pay_deadline__lte=timezone.now())),
         )
         # (shard, id): log ids are unique per shard only.
@@ -168,7 +187,7 @@ def _db_figures(activity_id: int, snapshot: RedisSnapshot) -> dict:
         # Redis stock (a warm-up derives the stock without the others and then returns
         # them), so the lookup is needed only when the set lacks some cancelled orders.
         maybe_missing = snapshot.returned != sums["cancelled_orders"]
-        cancelled = orders.filter(status=Order.Status.CANCELLED)
+        cancelled = orders.filter(status=Order.Status.CANCELLED).exclude(from_reserve)
         cancelled_maybe_not_returned = (
             list(cancelled.only("pk", "activity_id", "order_no", "user_id", "quantity", "reservation_id", "shard"))
             if maybe_missing
@@ -178,6 +197,9 @@ def _db_figures(activity_id: int, snapshot: RedisSnapshot) -> dict:
         "activity_status": activity.status,
         "db_total": stock.total,
         "db_available": stock.available,
+        "db_reserve": activity.reserve_units,
+        "db_reserve_left": stock.reserve,
+        "units_reserve_live": sums["reserve_live"],
         "units_pending": sums["pending"],
         "units_paid": sums["paid"],
         "units_cancelled": sums["cancelled"],
@@ -289,6 +311,7 @@ def _drift_anomalies(activity_id: int, m: Measurement) -> int:
                 "redis_remaining": m.redis.stock,
                 "db_total": m.db["db_total"],
                 "db_available": m.db["db_available"],
+                "db_reserve_left": m.db["db_reserve_left"],
                 "units_live": m.live_units,
             }
             _, created = anomaly_record(
@@ -348,7 +371,7 @@ def _reconcile(activity_id: int, *, dry_run: bool, final: bool) -> dict:
         opened += _drift_anomalies(activity_id, end)
     unexplained = end.unexplained
     redis_drift = end.redis_drift
-    identity_ok = end.db_drift == 0 and (redis_drift is None or redis_drift == 0)
+    identity_ok = end.db_drift == 0 and end.reserve_drift == 0 and (redis_drift is None or redis_drift == 0)
     report = {
         "activity": activity_id,
         "checked_at": timezone.now().isoformat(),
@@ -363,8 +386,14 @@ def _reconcile(activity_id: int, *, dry_run: bool, final: bool) -> dict:
         "units_pending": end.db["units_pending"],
         "units_paid": end.db["units_paid"],
         "units_cancelled": end.db["units_cancelled"],
+        # The two shares (one owner per unit): what Redis was loaded with, and the
+        # database reserve only the database path sells.
+        "db_reserve": end.db["db_reserve"],
+        "db_reserve_left": end.db["db_reserve_left"],
+        "units_reserve_live": end.db["units_reserve_live"],
         "redis_drift": redis_drift,
         "db_drift": end.db_drift,
+        "reserve_drift": end.reserve_drift,
         "unexplained_drift": unexplained,
         "buckets": {name: len(items) for name, items in buckets.items()},
         "found": {name: [i for i in items if i is not None][:_SAMPLE] for name, items in buckets.items() if items},
@@ -395,10 +424,12 @@ def _observe(activity_id: int, report: dict) -> None:
     if not report["identity_ok"] or any(report["unexplained_drift"].values()):
         # A line an alert can fire on.
         logger.warning(
-            "seckill.reconcile.drift activity=%s redis_drift=%s db_drift=%s unexplained=%s anomalies_opened=%s",
+            "seckill.reconcile.drift activity=%s redis_drift=%s db_drift=%s reserve_drift=%s unexplained=%s "
+            "anomalies_opened=%s",
             activity_id,
             report["redis_drift"],
             report["db_drift"],
+            report["reserve_drift"],
             report["unexplained_drift"],
             report["anomalies_opened"],
         )

@@ -15,7 +15,7 @@ from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
 from .activities import activity_token_ensure
-from .fallback import stock_resync
+from .fallback import reserve_participants_sync
 from .lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup, display_total_refresh
 from .models import Activity
 from .reconciliation import reconcile
@@ -143,15 +143,13 @@ def reconcile_live_task() -> dict:
     """Reconcile every live activity (beat, every SECKILL_RECONCILE_INTERVAL seconds);
     the final run of an activity happens when it is closed (activity_close).
 
-    First, the stock of activities the database path sold from is re-derived if Redis has
-    not been (``stock_resync``: a count and a GET per live activity when nothing is due).
-    A web process re-synchronises when its breaker's probe runs, but only a purchase runs
-    the probe: when the outage's last purchases sold the rest from the database, or
-    another process's breaker was still open, nothing else would."""
+    First, the shoppers of database-path orders get their records in Redis (a web
+    process writes them when its breaker's probe runs, but only a purchase runs the
+    probe: when no purchase follows an outage, nothing else would)."""
     try:
-        stock_resync()
-    except (redis.RedisError, WarmupError) as exc:
-        logger.warning("re-synchronisation after database-path sales not done, the next run retries: %s", exc)
+        reserve_participants_sync()
+    except redis.RedisError as exc:
+        logger.warning("database-path shoppers' records not written, the next run retries: %s", exc)
     results = {}
     for activity_id in live_activities().filter(status=Activity.Status.WARMED).values_list("pk", flat=True):
         try:

@@ -126,11 +126,6 @@ class ActivityKeys:
         return f"seckill:{self.tag}:captcha:{challenge_id}"
 
     @property
-    def db_synced(self) -> str:
-        """Database-path orders already counted in the stock (see seckill.fallback.stock_resync)."""
-        return f"seckill:{self.tag}:dbsynced"
-
-    @property
     def lifecycle_lock(self) -> str:
         """The lock that lets warm-ups and the close of an activity run one at a time.
         No hash tag on purpose: the close removes every key carrying the activity's tag
@@ -153,7 +148,6 @@ class ActivityKeys:
             self.failed,
             self.pending,
             self.returned,
-            self.db_synced,
             self.admission,
             self.display,
         ]

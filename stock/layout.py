@@ -267,6 +267,22 @@ class StockLayout:
                 if self.sharded:
                     client.zrem(target.pending, *chunk)
 
+    def records_add(self, client: StockRedis, records: Mapping[int, str]) -> int:
+        """Write each shopper's record unless they hold one already (HSETNX); returns how
+        many were written."""
+        pipe = client.pipeline(transaction=False)
+        for user_id, value in records.items():
+            pipe.hsetnx(self.users_of(user_id).users, str(user_id), value)
+        return sum(pipe.execute()) if records else 0
+
+    def records_clear(self, client: StockRedis, records: Mapping[int, str]) -> int:
+        """Remove each shopper's record while it is still the one given (a compare-and-set);
+        returns how many were removed."""
+        return sum(
+            run_claim_settle(client, self.users_of(user_id), user_id=user_id, expected=value, new="")
+            for user_id, value in records.items()
+        )
+
     def records_correct(self, client: StockRedis, written: Mapping[int, str], now: Mapping[int, str]) -> None:
         """Set each record in ``written`` to what ``now`` says (removed when the shopper
         holds nothing now), each only if it is still the one written (a compare-and-set:

@@ -104,3 +104,10 @@ def order_units_return(
     return StockLayout.of(activity_id).units_return(
         stock_redis(), order_no=order_no, quantity=quantity, user_id=user_id, reservation_id=reservation_id, shard=shard
     )
+
+
+def order_participant_free(*, activity_id: int, user_id: int, reservation_id: str) -> bool:
+    """Free the shopper of a cancelled order whose units never were in Redis (the
+    database path's), if their record still names it."""
+    layout = StockLayout.of(activity_id)
+    return bool(layout.records_clear(stock_redis(), {user_id: layout.record(0, reservation_id)}))

@@ -44,6 +44,8 @@ def make_activity(*, stock: int = 10, started: bool = True, warm: bool = True, *
         "start_at": now - timedelta(seconds=5) if started else now + timedelta(hours=1),
         "end_at": now + timedelta(hours=1) if started else now + timedelta(hours=2),
         "total_stock": stock,
+        # Every unit in Redis unless a test gives the database path a reserve to sell.
+        "db_reserve": 0,
     }
     fields.update(overrides)
     activity = activity_create(**fields)

@@ -390,6 +390,9 @@ SECKILL_BREAKER_RESET = env.float("SECKILL_BREAKER_RESET", default=5.0)
 # Purchases one web process runs on the database path at once while Redis is away;
 # beyond it the answer is 503 busy. Keep processes x cap well under the pool size.
 SECKILL_FALLBACK_CONCURRENCY = env.int("SECKILL_FALLBACK_CONCURRENCY", default=4)
+# The database reserve of an activity saved without one, in percent of its total: the
+# units the database path may sell while Redis is away (Redis never holds them).
+SECKILL_DB_RESERVE_PERCENT = env.int("SECKILL_DB_RESERVE_PERCENT", default=2)
 # Sharded stock (Activity.shards > 1): user partitions holding the per-user claims (never
 # change it while a sharded activity is live), and how often beat sums the shards into
 # the display total pages show.

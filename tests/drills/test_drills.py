@@ -67,8 +67,8 @@ def stack(process_logs):
         thing.stop()
 
 
-def _sale(stock: int, shoppers: int):
-    activity = make_activity(stock=stock)
+def _sale(stock: int, shoppers: int, reserve: int = 0):
+    activity = make_activity(stock=stock, db_reserve=reserve)
     users = make_users(shoppers)
     keys = dict(Token.objects.filter(user__in=users).values_list("user_id", "key"))
     return activity, users, keys, activity_token_ensure(activity_id=activity.pk)
@@ -186,9 +186,10 @@ def test_redis_restarted_empty_never_sold_out_and_rewarm_derives_stock(stack, pr
         reset_stock_redis()  # pytest-django's settings fixture restores the URL
 
 
-def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_closes(stack, process_logs, settings):
+def test_redis_down_the_database_path_sells_the_reserve_and_redis_its_share_after(stack, process_logs, settings):
     # Web and worker reach Redis through a proxy the test cuts: Redis keeps its data
-    # (a network failure, not a restart), so its stock is stale when it comes back.
+    # (a network failure, not a restart). The database path sells the reserve (20 of 40),
+    # which Redis never held, so Redis's stock is right when it comes back.
     proxy = stack.keep(TcpProxy(urlsplit(settings.REDIS_URL).port, free_port()).start())
     env = subprocess_env(
         REDIS_URL=f"redis://127.0.0.1:{proxy.port}/0",
@@ -201,7 +202,7 @@ def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_c
     base = stack.web(env, workers=1)  # one breaker, so the drill is deterministic
     stack.worker(env)
     stack.beat(env)
-    activity, users, keys, token = _sale(stock=40, shoppers=100)
+    activity, users, keys, token = _sale(stock=40, shoppers=100, reserve=20)
 
     def until_answered(answers):
         answers = dict(answers)
@@ -247,8 +248,9 @@ def test_redis_down_database_path_then_stock_resynchronised_before_the_breaker_c
     assert {c for s, c in rest.values() if s != 202} == {"sold_out"}
     assert_nothing_lost_nothing_doubled(activity, answers)
     assert redis_remaining(activity.pk) == 0
-    # 20 during the cut, and any sold after it while the breaker waited out its reset time.
-    assert Order.objects.filter(activity=activity, reservation_id__startswith="db-").count() >= 20
+    assert Order.objects.filter(activity=activity, reservation_id__startswith="db-").count() == 20, "the reserve"
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"] and report["db_reserve_left"] == 0, report
 
 
 def _operator_request(url: str) -> urllib.request.Request:
@@ -273,15 +275,15 @@ def _breaker_state(base: str) -> str:
         return json.loads(exc.read())["redis"]["breaker"]
 
 
-def test_redis_back_a_process_still_open_sells_nothing_from_the_database_after_another_resynchronised(
+def test_redis_back_for_one_server_while_the_other_sells_its_reserve_no_unit_is_promised_twice(
     stack, process_logs, settings
 ):
     """Two web servers, each reaching Redis through a proxy of its own: both lose Redis
-    and sell from the database; Redis returns; server A's probe re-synchronises and
-    closes. Server B's breaker is still open (its reset time is an hour, and no beat runs
-    here), so before the resync epoch it went on selling from the database, units Redis
-    did not know about, admitted twice until some later re-synchronisation. Now B's next
-    purchase finds the epoch moved: no database-path sale, B probes Redis and buys there."""
+    and sell from the database; Redis returns; server A's probe closes its breaker and A
+    sells from Redis. Server B's breaker is still open (its reset time is an hour, and no
+    beat runs here), so B goes on selling from the database — only the reserve, which
+    Redis never holds. Every 202 of either server becomes an order, and when the reserve
+    is gone B answers busy, never a unit Redis also offers."""
     proxies = [stack.keep(TcpProxy(urlsplit(settings.REDIS_URL).port, free_port()).start()) for _ in "ab"]
 
     def env(proxy, reset: str) -> dict:
@@ -295,7 +297,7 @@ def test_redis_back_a_process_still_open_sells_nothing_from_the_database_after_a
     a = stack.web(env(proxies[0], "0.5"), workers=1)
     b = stack.web(env(proxies[1], "3600"), workers=1)  # one process each: one breaker each
     stack.worker(subprocess_env(CELERY_BROKER_URL=settings.CELERY_BROKER_URL))
-    activity, users, keys, token = _sale(stock=60, shoppers=60)
+    activity, users, keys, token = _sale(stock=20, shoppers=40, reserve=8)
     db_path = Order.objects.filter(activity=activity, reservation_id__startswith="db-")
     shoppers = iter(users)
     answers = {}
@@ -303,35 +305,38 @@ def test_redis_back_a_process_still_open_sells_nothing_from_the_database_after_a
     def buy(base: str):
         user = next(shoppers)
         answers[user.pk] = purchase_answer(base, activity.pk, keys[user.pk], token)
-        assert answers[user.pk] == (202, "queued"), answers[user.pk]
-        return user
+        return user, answers[user.pk]
 
-    buy(a), buy(b)  # through Redis
+    assert buy(a)[1] == buy(b)[1] == (202, "queued")  # through Redis
     wait_until(lambda: units_ordered(activity) == 2, timeout=120, what="orders before the fault")
 
     for proxy in proxies:
         proxy.cut()
     for base in (a, a, a, b, b, b):
-        buy(base)
+        assert buy(base)[1] == (202, "queued")
     assert db_path.count() == 6 and _breaker_state(a) == _breaker_state(b) == "open"
     for proxy in proxies:
         proxy.restore()
 
-    # A's reset time passes; its next purchase is the probe: re-synchronise, then Redis.
+    # A's reset time passes; its next purchase is the probe, through Redis.
     wait_until(
-        lambda: not db_path.filter(user=buy(a)).exists(), timeout=60, interval=0.2, what="A's probe to buy via Redis"
+        lambda: not db_path.filter(user=buy(a)[0]).exists(), timeout=60, interval=0.2, what="A's probe to buy via Redis"
     )
     assert _breaker_state(a) == "closed" and _breaker_state(b) == "open"
-    sold_from_the_database = db_path.count()
+    # (A's purchases before its probe may have sold some of the reserve too.)
+    left = SeckillStock.objects.get(activity=activity).reserve
+    b_answers = [buy(b)[1] for _ in range(left + 2)]
+    assert b_answers == [(202, "queued")] * left + [(503, "busy")] * 2, b_answers
+    assert db_path.count() == 8, "B sold the rest of the reserve, and nothing more"
+    while (answer := buy(a)[1]) == (202, "queued"):
+        pass  # A sells Redis's share to the end
+    assert answer == (410, "sold_out")
 
-    for _ in range(5):
-        buy(b)
-    assert db_path.count() == sold_from_the_database, "B sold from the database after A's re-synchronisation"
-    assert _breaker_state(b) == "closed", "B's refused database-path purchase probed Redis"
-    assert _web_metrics(b)[("seckill_fallback_purchase_total", (("code", "resynced"),))] == 1
-    # Redis offers exactly what the database holds less the reservations not yet ordered.
+    queued = sum(1 for s, _ in answers.values() if s == 202)
+    assert queued == 20, answers
+    wait_until(lambda: units_ordered(activity) == 20, timeout=120, what="every 202 to become an order")
     report = reconcile(activity_id=activity.pk)
-    assert report["identity_ok"], report
-    assert_nothing_lost_nothing_doubled(activity, answers)
+    assert report["identity_ok"] and report["units_reserve_live"] == 8, report
+    assert_nothing_lost_nothing_doubled(activity, {u: a for u, a in answers.items() if a != (503, "busy")})
     stock = SeckillStock.objects.get(activity=activity)
-    assert redis_remaining(activity.pk) == stock.available == 60 - len(answers)
+    assert (stock.available, stock.reserve) == (0, 0) and redis_remaining(activity.pk) == 0

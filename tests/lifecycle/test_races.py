@@ -95,6 +95,33 @@ def test_a_late_order_task_for_a_reservation_the_replay_gave_up_creates_no_order
     assert_units_counted_once(activity)
 
 
+def test_a_reservation_the_guard_refused_stays_refused_when_a_cancel_frees_a_unit_before_a_second_consumer():
+    """Two consumers of the same reservation (a task delivered twice) across a guard
+    failure and a concurrent cancel: the first finds no unit in the database and gives
+    the reservation up (the shopper's result says failed); a cancel then puts a unit back;
+    the second consumer must not turn the refused reservation into an order (its shopper
+    was told it failed, and the unit belongs to whoever buys it next)."""
+    activity = make_activity(stock=3)
+    first, second, late = make_users(3)
+    orders = buy(activity, [first, second])
+    entry = reserve(activity, late)
+    SeckillStock.objects.filter(activity=activity).update(available=0, total=2)  # a unit the database lacks
+
+    assert orders_create_from_reservations(activity_id=activity.pk, entries=[entry]).released == [entry.reservation_id]
+    order_cancel(order=orders[0], reason="shopper")  # a unit back in the database
+    assert SeckillStock.objects.get(activity=activity).available == 1
+    order_create_task(activity.pk, entry.reservation_id, entry.user_id, entry.quantity, entry.shard)  # the second
+
+    assert not Order.objects.filter(activity=activity, user=late).exists()
+    assert ReleasedReservation.objects.filter(activity=activity, reservation_id=entry.reservation_id).exists()
+    from seckill.selectors import purchase_result
+
+    assert purchase_result(activity_id=activity.pk, user_id=late.pk)[0] == "failed"
+    assert SeckillStock.objects.get(activity=activity).available == 1
+    report = reconcile(activity_id=activity.pk)
+    assert report["db_drift"] == 0 and report["redis_drift"] == 0, report
+
+
 @pytest.mark.parametrize("shards", [1, 3])
 def test_consumers_racing_give_ups_of_the_same_reservations_settle_each_exactly_one_way(shards):
     """Order tasks (a consumer) and give-ups (replay limit, a refusal, staff) of the same

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.models import SeckillStock, StockMovement
-from inventory.services import InsufficientStock, stock_return
+from inventory.services import InsufficientStock, Share, stock_return
 from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_units_return_safely, orders_units_return
 from seckill.lifecycle import WarmupError, activity_close, activity_warmup
@@ -86,7 +86,9 @@ def test_the_database_never_takes_back_more_than_it_sold():
     ledger = StockMovement.objects.filter(activity=activity).count()
 
     with pytest.raises(InsufficientStock), transaction.atomic():
-        stock_return(activity_id=activity.pk, orders=[Order.objects.get(pk=order.pk)], reason="again")
+        stock_return(
+            activity_id=activity.pk, orders=[Order.objects.get(pk=order.pk)], share=Share.REDIS, reason="again"
+        )
 
     stock.refresh_from_db()
     assert (stock.available, stock.total) == (3, 3)

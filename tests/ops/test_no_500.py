@@ -21,8 +21,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock
-from orders.models import Order
-from orders.services import DB_PATH_PREFIX, order_create_direct
+from orders.models import DB_PATH_PREFIX, Order
+from orders.services import order_create_direct
 from seckill.activities import activity_token_ensure, blacklist_entry_save, shopper_profile_save
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
 from seckill.selectors import activity_snapshot_forget
@@ -94,10 +94,10 @@ def test_redis_away_every_endpoint_and_page_answers_without_a_500(production_cac
     """closed: Redis just died and every call meets it; open: the breaker opened (one
     purchase failed) and the calls skip Redis, the purchase taking the database path."""
     settings.SECKILL_BREAKER_FAILURES = 10**6 if breaker == "closed" else 1
-    plain = make_activity(stock=10)
-    members = gated(make_activity(stock=10), min_member_level=2)
-    guarded = gated(make_activity(stock=10), captcha_required=True)
-    history = make_activity(stock=10)  # the orders the order endpoints work on
+    plain = make_activity(stock=10, db_reserve=5)
+    members = gated(make_activity(stock=10, db_reserve=5), min_member_level=2)
+    guarded = gated(make_activity(stock=10, db_reserve=5), captcha_required=True)
+    history = make_activity(stock=10, db_reserve=5)  # the orders the order endpoints work on
     sale = [plain, members, guarded]
     tokens = {a.pk: activity_token_ensure(activity_id=a.pk) for a in sale}
     opener, buyer, session_buyer, nobody, member, low, banned, payer, canceller = make_users(9)

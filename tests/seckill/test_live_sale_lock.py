@@ -21,7 +21,7 @@ from stock.scripts import ScriptCode
 from ..factories import make_activity, make_users
 from ..helpers import reserve, shard_stocks
 
-LOCKED = ["start_at", "seckill_price", "total_stock", "shards", "per_user_limit", "safety_stock"]
+LOCKED = ["start_at", "seckill_price", "total_stock", "shards", "per_user_limit", "safety_stock", "db_reserve"]
 
 # A value each locked field could be changed to (admin form value, model value).
 CHANGES = {
@@ -31,6 +31,7 @@ CHANGES = {
     "shards": ("2", 2),
     "per_user_limit": ("2", 2),
     "safety_stock": ("1", 1),
+    "db_reserve": ("2", 2),
 }
 
 
@@ -60,6 +61,7 @@ def change_form(activity, **overrides) -> dict:
         "seckill_price": str(activity.seckill_price),
         "total_stock": str(activity.total_stock),
         "safety_stock": str(activity.safety_stock),
+        "db_reserve": str(activity.reserve_units),
         "shards": str(activity.shards),
         "per_user_limit": str(activity.per_user_limit),
         "pay_timeout": str(activity.pay_timeout),
@@ -93,7 +95,15 @@ def test_the_locked_fields_are_read_only_in_admin(merchant, kind):
     activity = live_sale(kind)
     assert set(activities.activity_locked_fields(activity=activity)) == set(LOCKED)
     page = merchant.get(change_url(activity)).content.decode()
-    for name in ("start_at_0", "seckill_price", "total_stock", "shards", "per_user_limit", "safety_stock"):
+    for name in (
+        "start_at_0",
+        "seckill_price",
+        "total_stock",
+        "shards",
+        "per_user_limit",
+        "safety_stock",
+        "db_reserve",
+    ):
         assert f'name="{name}"' not in page, name
     assert 'name="end_at_0"' in page and 'name="title"' in page
     assert "locked once the sale is warmed" in page  # the help text says why

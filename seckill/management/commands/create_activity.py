@@ -41,6 +41,12 @@ class Command(BaseCommand):
         parser.add_argument("--per-user-limit", type=int, default=1)
         parser.add_argument("--shards", type=int, default=1)
         parser.add_argument("--safety-stock", type=int, default=0)
+        parser.add_argument(
+            "--db-reserve",
+            type=int,
+            default=None,
+            help="units only the database path sells while Redis is away (default: SECKILL_DB_RESERVE_PERCENT %%)",
+        )
         parser.add_argument("--pay-timeout", type=int, default=None, help="seconds to pay (default 900)")
         parser.add_argument("--warmup", action="store_true", help="load the stock into Redis now")
 
@@ -66,6 +72,7 @@ class Command(BaseCommand):
                     per_user_limit=o["per_user_limit"],
                     shards=o["shards"],
                     safety_stock=o["safety_stock"],
+                    db_reserve=o["db_reserve"],
                     pay_timeout=o["pay_timeout"],
                 )
         except ValidationError as exc:
