@@ -9,8 +9,17 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing dependencies into $(VENV)…"
-	@$(BIN)/pip install --quiet --quiet --disable-pip-version-check -r requirements-dev.txt
+	@echo "installing dependencies into $(VENV) (pip's full output: $(VENV)/pip.log)…"
+	@# One line per package pip collects or builds, then the install step and any error; pip's exit
+	@# status is kept through the pipe (POSIX sh has no pipefail).
+	@{ $(BIN)/pip install --disable-pip-version-check --progress-bar off -r requirements-dev.txt 2>&1; \
+		echo $$? >$(VENV)/pip.rc; } | tee $(VENV)/pip.log | awk \
+		'/^(Collecting|Processing) / { n = split($$2, part, "/"); print "  collecting " part[n]; fflush() } \
+		/^ *Building wheel for / { print "  building " $$4; fflush() } \
+		/^Installing collected packages/ { print "  installing the collected packages…"; fflush() } \
+		/^Successfully installed/ { print "  installed"; fflush() } \
+		/^(ERROR|error)/ { print; fflush() }'; \
+		exit $$(cat $(VENV)/pip.rc)
 	@touch $(STAMP)
 
 install: $(STAMP)
