@@ -1,0 +1,131 @@
+"""The merchant's live view of a sale (seckill.dashboard, the admin's live page and its
+JSON): sold and left, orders by state, revenue, the pace, refused purchases, anomalies;
+the one status word; merchants and reviewers may watch, shoppers may not."""
+
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.test import Client
+
+from core.metrics import PURCHASES
+from orders.models import AnomalyOrder, Order
+from orders.services import order_cancel, order_pay, orders_create_from_reservations
+from seckill.dashboard import SaleStatus, live_figures, purchase_refusals, sale_status
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
+from stock.reservations import reservations_pending
+from stock.scripts import run_purchase
+
+from ..factories import make_activity, make_users
+
+
+def staff(role: str) -> Client:
+    """A logged-in member of the staff group ``role + "s"`` (orders/migrations/0003_staff_groups.py)."""
+    user = get_user_model().objects.create_user(f"{role}-{uuid.uuid4().hex[:8]}", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name=f"{role}s"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def buy(activity, users, *, ordered: int | None = None):
+    for user in users:
+        assert run_purchase(stock_redis(), ActivityKeys(activity.pk), user_id=user.pk, quantity=1, limit=1).code == 1
+    entries = reservations_pending(activity_id=activity.pk)
+    orders_create_from_reservations(activity_id=activity.pk, entries=entries[:ordered])
+
+
+@pytest.mark.django_db
+def test_the_figures_of_a_running_sale(django_capture_on_commit_callbacks):
+    activity = make_activity(stock=5, seckill_price=Decimal("9.50"))
+    buy(activity, make_users(4), ordered=3)  # one reservation still in the log
+    first, second, _ = Order.objects.filter(activity=activity).order_by("pk")
+    order_pay(order=first)
+    with django_capture_on_commit_callbacks(execute=True):  # the unit goes back to Redis after the commit
+        order_cancel(order=second, reason="user")
+
+    figures = live_figures(activity=activity)
+    assert figures["status"] == SaleStatus.LIVE
+    assert figures["orders"] == {"paid": 1, "pending": 1, "cancelled": 1, "paid_units": 1, "pending_units": 1}
+    assert figures["reserved_not_ordered"] == 1
+    # Sold: paid 1 + pending 1 + reserved 1; the cancelled unit is back on sale.
+    assert (figures["sold"], figures["left"], figures["total"]) == (3, 2, 5)
+    assert figures["revenue"] == "9.50" and figures["awaiting_payment"] == "9.50"
+    assert figures["orders_last_minute"] == 3 and len(figures["orders_per_minute"]) == 10
+    assert figures["sell_out"].startswith("at this pace, in about")
+
+
+@pytest.mark.django_db
+def test_sold_out_says_when_and_comes_back_when_a_unit_returns(django_capture_on_commit_callbacks):
+    activity = make_activity(stock=2)
+    buy(activity, make_users(2))
+    figures = live_figures(activity=activity)
+    assert figures["status"] == SaleStatus.SOLD_OUT and figures["left"] == 0
+    assert figures["sell_out"].startswith("sold out") and "after the start" in figures["sell_out"]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        order_cancel(order=Order.objects.filter(activity=activity).first(), reason="user")
+    figures = live_figures(activity=activity)
+    assert figures["status"] == SaleStatus.LIVE and figures["left"] == 1
+
+
+@pytest.mark.django_db
+def test_the_status_word_through_the_lifecycle():
+    scheduled = make_activity(started=False, warm=False)
+    assert sale_status(activity=scheduled, remaining=None) == SaleStatus.SCHEDULED
+    warmed = make_activity(started=False, warm=True)
+    assert sale_status(activity=warmed, remaining=10) == SaleStatus.WARMING
+    live = make_activity()
+    assert sale_status(activity=live, remaining=3) == SaleStatus.LIVE
+    assert sale_status(activity=live, remaining=0) == SaleStatus.SOLD_OUT
+    live.status = live.Status.ENDED
+    assert sale_status(activity=live, remaining=0) == SaleStatus.ENDED
+
+
+@pytest.mark.django_db
+def test_refused_purchases_and_open_anomalies_are_shown():
+    activity = make_activity(stock=3)
+    before = purchase_refusals().by_code.get("sold_out", 0)
+    PURCHASES.labels("sold_out").inc(7)
+    PURCHASES.labels("queued").inc(2)  # sold something: not a refusal
+    AnomalyOrder.objects.create(kind=AnomalyOrder.Kind.DRIFT, activity=activity, details={})
+    figures = live_figures(activity=activity)
+    assert figures["refusals"]["by_code"]["sold_out"] == before + 7
+    assert "queued" not in figures["refusals"]["by_code"]
+    assert figures["anomalies"]["open"] == 1
+    assert list(figures["anomalies"]["by_kind"].values()) == [1]
+
+
+@pytest.mark.django_db
+def test_the_page_and_its_json_for_each_role(merchant):
+    activity = make_activity(stock=4)
+    buy(activity, make_users(1))
+    page = f"/admin/seckill/activity/{activity.pk}/live/"
+    data = f"/admin/seckill/activity/{activity.pk}/live.json"
+    for client in (merchant, staff("merchant"), staff("reviewer")):
+        html = client.get(page)
+        assert html.status_code == 200
+        body = html.content.decode()
+        assert 'data-url="' + data + '"' in body and "seckill/admin/live.js" in body
+        assert '<meter min="0" max="4" value="1"' in body
+        answer = client.get(data)
+        assert answer.status_code == 200 and "no-store" in answer["Cache-Control"]
+        assert answer.json()["sold"] == 1 and answer.json()["status"] == "live"
+    # Links only to what the role may open: a reviewer may review anomalies, a merchant may not.
+    assert "Review the anomalies" in staff("reviewer").get(page).content.decode()
+    assert "Review the anomalies" not in staff("merchant").get(page).content.decode()
+
+
+@pytest.mark.django_db
+def test_shoppers_and_strangers_cannot_watch_and_a_missing_sale_is_404(merchant):
+    activity = make_activity(stock=2)
+    shopper = Client()
+    shopper.force_login(get_user_model().objects.create_user("shopper", password="pw"))
+    for client in (Client(), shopper):
+        answer = client.get(f"/admin/seckill/activity/{activity.pk}/live.json")
+        assert answer.status_code == 302 and "/login/" in answer["Location"]
+    assert merchant.get("/admin/seckill/activity/999999/live.json").status_code == 404
+    assert merchant.get("/admin/seckill/activity/999999/live/").status_code == 404
