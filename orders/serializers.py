@@ -1,11 +1,34 @@
 from rest_framework import serializers
 
-from .models import Order
+from .models import Order, ShippingAddress
 from .payments import payment_status_of
+
+
+class ShippingAddressSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ShippingAddress
+        fields = [*ShippingAddress.SNAPSHOT_FIELDS, "updated_at"]
+        read_only_fields = ["updated_at"]
+
+
+class AddressCopySerializer(serializers.Serializer):
+    """The address an order was paid for (copied when payment started)."""
+
+    recipient = serializers.CharField()
+    phone = serializers.CharField()
+    country = serializers.CharField()
+    region = serializers.CharField()
+    city = serializers.CharField()
+    line1 = serializers.CharField()
+    line2 = serializers.CharField()
+    postal_code = serializers.CharField()
 
 
 class OrderSerializer(serializers.ModelSerializer):
     payment_status = serializers.SerializerMethodField()
+    product_name = serializers.CharField(source="activity.product.name", read_only=True)
+    activity_title = serializers.CharField(source="activity.title", read_only=True)
+    shipping_address = AddressCopySerializer(read_only=True, allow_null=True)
 
     def get_payment_status(self, order: Order) -> str:
         return payment_status_of(order.payments.all())
@@ -15,6 +38,8 @@ class OrderSerializer(serializers.ModelSerializer):
         fields = [
             "order_no",
             "activity",
+            "activity_title",
+            "product_name",
             "quantity",
             "amount",
             "status",
@@ -23,5 +48,6 @@ class OrderSerializer(serializers.ModelSerializer):
             "created_at",
             "paid_at",
             "payment_status",
+            "shipping_address",
         ]
         read_only_fields = fields

@@ -19,6 +19,7 @@ from seckill.replay import reservations_drain
 from seckill.selectors import activity_snapshot, redis_remaining
 from tests.factories import ProductFactory, UserFactory, make_activity
 from tests.helpers import wait_until
+from tests.orders.addresses import give_address
 
 pytestmark = pytest.mark.slow
 
@@ -65,6 +66,7 @@ def demo_activity(seconds_to_start: float, stock: int = 3):
 
 def logged_in_page(context, shop_server, username: str):
     user = UserFactory(username=username)
+    give_address(user)  # the pay step asks for it first (tests/shopper/test_order_browser.py)
     page = context.new_page()
     page.goto(f"{shop_server}/accounts/login/?next=/orders/")
     page.get_by_label("Username").fill(user.username)

@@ -18,15 +18,18 @@ from seckill.purchase import purchase_reserve
 from seckill.replay import reservations_drain
 from seckill.selectors import activity_snapshot, redis_remaining
 from tests.factories import UserFactory, make_activity
+from tests.orders.addresses import give_address
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def bought():
-    """A live activity and a shopper with a pending order made by the real purchase path."""
+    """A live activity and a shopper (with a shipping address) with a pending order made by
+    the real purchase path."""
     activity = make_activity(stock=5)
     user = UserFactory()
+    give_address(user)
     purchase_reserve(activity=activity_snapshot(activity.pk), user_id=user.pk, quantity=1)
     reservations_drain(activity_id=activity.pk)
     order = Order.objects.get(activity=activity, user=user)
