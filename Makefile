@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint format bench clean services-down messages manage
+.PHONY: run test install lint format bench clean services-down messages manage screenshots
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ test: $(STAMP)
 manage: $(STAMP)
 	@DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.local} \
 		$(BIN)/python -m devtools.embedded run -- $(BIN)/python manage.py $(ARGS)
+
+# docs/screenshots/ of the admin live view, the anomaly page and the order page, from the
+# whole stack on its own embedded servers (or DATABASE_URL / REDIS_URL) and Chromium.
+screenshots: $(STAMP)
+	@bash .ci/system-packages
+	@$(BIN)/python -m devtools.screenshots $(SCREENSHOTS_ARGS)
 
 # Style, types and the layering (import-linter contracts in pyproject.toml). mypy's Django
 # plugin imports the test settings, which want the two URLs: placeholders, nothing connects.
