@@ -404,12 +404,23 @@ class ActivityAdmin(admin.ModelAdmin):
     def end_and_clean_up(self, request, queryset):
         from .tasks import activity_close_task
 
+        now = timezone.now()
+        started = []
         for activity in queryset:
+            if activity.start_at > now:
+                # Ending it now would end it before its start: the database refuses that.
+                self.message_user(
+                    request,
+                    f"{activity}: not ended, it has not started (move its dates, or delete it while no order exists).",
+                    messages.WARNING,
+                )
+                continue
             activity_stop_selling(activity_id=activity.pk)
+            started.append(activity)
         # Closing waits one activity-cache lifetime so that no web process still sells.
         self._run(
             request,
-            queryset,
+            started,
             lambda a: (
                 activity_close_task.apply_async(args=[a.pk], countdown=3)
                 and "ended; the last orders are written and the stock settled in a few seconds"

@@ -243,3 +243,14 @@ def test_close_task_run_synchronously_waits_for_the_end_then_cleans_up():
     assert stock_redis().exists(*ActivityKeys(activity.pk).all()) == 0
     assert Activity.objects.get(pk=activity.pk).status == Activity.Status.ENDED
     assert Order.objects.filter(activity=activity, user=user).count() == 1
+
+
+@pytest.mark.django_db
+def test_end_now_on_a_sale_not_started_says_why_and_changes_nothing(merchant):
+    upcoming = make_activity(stock=3, started=False, warm=True)
+    response = run_action(merchant, "end_and_clean_up", upcoming)
+    assert response.status_code == 200
+    said = messages_of(response)
+    assert any("has not started" in m for m in said), said
+    stored = Activity.objects.get(pk=upcoming.pk)
+    assert (stored.start_at, stored.end_at, stored.status) == (upcoming.start_at, upcoming.end_at, upcoming.status)
