@@ -9,6 +9,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from inventory.admin import ReadOnlyAdmin
 from seckill.models import Activity
@@ -82,7 +83,7 @@ class OrderAdmin(ReadOnlyAdmin):
         lines = address_lines(obj.shipping_address)
         if not lines:
             return "none yet (copied when payment starts)"
-        return format_html_join(format_html("<br>"), "{}", ((line,) for line in lines))
+        return format_html_join(mark_safe("<br>"), "{}", ((line,) for line in lines))
 
     def has_export_permission(self, request):
         return request.user.has_perm("orders.export_order")

@@ -1,4 +1,5 @@
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from .models import ShippingAddress
 
@@ -17,3 +18,8 @@ class ShippingAddressForm(forms.ModelForm):
             "line2": forms.TextInput(attrs={"autocomplete": "address-line2"}),
             "postal_code": forms.TextInput(attrs={"autocomplete": "postal-code"}),
         }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Optional in the model (some places have none), required by ShippingAddress.clean elsewhere.
+        self.fields["postal_code"].help_text = _("Not needed in Hong Kong, Macao or the United Arab Emirates.")
