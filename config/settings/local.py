@@ -21,3 +21,6 @@ DEVELOPMENT_SECRETS_ALLOWED = True
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="local-development-only-not-secret")
 PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="local-gateway-secret-not-secret")
 PAYMENT_USES_SSL = env.bool("PAYMENT_USES_SSL", default=False)
+# The demo shop sells in yuan: its times are Beijing time unless DJANGO_TIME_ZONE says otherwise.
+TIME_ZONE = env("DJANGO_TIME_ZONE", default="Asia/Shanghai")
+CELERY_TIMEZONE = TIME_ZONE
