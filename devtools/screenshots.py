@@ -46,7 +46,7 @@ class Shot:
 SHOTS = (
     Shot("admin-live-view.png", "admin:seckill_activity_live", "activity", "merchant", 1280, 900),
     Shot("admin-anomaly.png", "admin:orders_anomalyorder_change", "anomaly", "reviewer", 1280, 900),
-    Shot("order-page.png", "order-page", "order_no", "alice", 1000, 900),
+    Shot("order-page.png", "order-page", "order_no", "alice", 1000, 720),
 )
 
 
@@ -94,8 +94,9 @@ def prepare(step: str) -> dict:
             argument = arguments[shot.argument]
             try:
                 urls[shot.file] = reverse(shot.url_name, args=[argument]) if argument is not None else None
-            except NoReverseMatch:
+            except NoReverseMatch as exc:
                 urls[shot.file] = None
+                print(f"[screenshots] {shot.url_name}: {exc}", file=sys.stderr)
     return {"urls": urls, "arguments": arguments}
 
 
@@ -204,9 +205,18 @@ def buy(stack: Stack, activity: int, tokens: dict[str, str]) -> None:
         return code == 200 and result.get("code") == "ordered"
 
     _wait(ordered, timeout=120, what="alice's order")
-    address = {"recipient": "Alice Li", "phone": "13800138000", "city": "Shanghai", "line1": "1 Century Avenue"}
+    address = {
+        "recipient": "Alice Li",
+        "phone": "13800138000",
+        "country": "CN",
+        "region": "Shanghai",
+        "city": "Shanghai",
+        "line1": "1 Century Avenue, Pudong",
+        "postal_code": "200120",
+    }
     status, body = _http("PUT", f"{stack.base}/api/me/address", key=tokens["alice"], body=address)
-    _say(f"alice's shipping address: {status}" + ("" if status == 200 else f" {body}"))
+    if status != 200:
+        raise RuntimeError(f"alice's shipping address was refused: {status} {body}")
 
 
 def login(page, base: str, who: str, password: str, target: str) -> None:
@@ -222,17 +232,20 @@ def shoot(base: str, urls: dict[str, str | None], password: str, out: Path) -> l
     """Each shot's page as its role; the problems found (a missing page is one)."""
     from playwright.sync_api import sync_playwright
 
+    problems = [
+        f"{shot.file}: no page named {shot.url_name!r} for the {shot.argument} (not built yet?)"
+        for shot in SHOTS
+        if urls.get(shot.file) is None
+    ]
+    wanted = [(shot, url) for shot in SHOTS if (url := urls.get(shot.file))]
+    if not wanted:
+        return problems
     if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-        return [f"Chromium not found at {CHROMIUM}: apt-get install -y chromium (make screenshots does)"]
-    problems = []
+        return [*problems, f"Chromium not found at {CHROMIUM}: apt-get install -y chromium (make screenshots does)"]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            for shot in SHOTS:
-                url = urls.get(shot.file)
-                if url is None:
-                    problems.append(f"{shot.file}: no page named {shot.url_name!r} for {shot.argument} (not built?)")
-                    continue
+            for shot, url in wanted:
                 context = browser.new_context(viewport={"width": shot.width, "height": shot.height}, locale="en-US")
                 page = context.new_page()
                 login(page, base, shot.who, password, url)
@@ -243,11 +256,20 @@ def shoot(base: str, urls: dict[str, str | None], password: str, out: Path) -> l
                 else:
                     page.wait_for_load_state("networkidle")
                     page.screenshot(path=str(out / shot.file), full_page=True)
-                    _say(f"wrote {(out / shot.file).relative_to(BASE_DIR)} ({url} as {shot.who})")
+                    _say(f"wrote {out / shot.file} ({url} as {shot.who})")
                 context.close()
         finally:
             browser.close()
     return problems
+
+
+def _warn_without_chinese_font() -> None:
+    """The header's language switcher says 简体中文: without a CJK font it shows as boxes."""
+    if not shutil.which("fc-list"):
+        return
+    fonts = subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True, check=False).stdout
+    if not fonts.strip():
+        _say("no Chinese font: 简体中文 will show as boxes (apt-get install -y fonts-wqy-zenhei)")
 
 
 def main(argv: list[str]) -> int:
@@ -268,6 +290,7 @@ def main(argv: list[str]) -> int:
     state_dir.mkdir(parents=True)
     state_dir.chmod(0o755)  # the embedded PostgreSQL runs as an unprivileged user under root
 
+    _warn_without_chinese_font()
     _say(f"starting the stack (log: {state_dir.relative_to(BASE_DIR)}/stack.log)…")
     stack = Stack(state_dir)
     try:

@@ -1,11 +1,14 @@
 """Every relative link in README.md and docs/*.md leads to a file a clone has (tracked by
-git), and every #anchor to a heading of that file."""
+git), and every #anchor to a heading of that file; the pages `make screenshots` shoots exist."""
 
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
+
+from devtools.screenshots import SHOTS, shoot
 
 from .helpers import BASE_DIR
 
@@ -79,3 +82,16 @@ def test_every_relative_link_leads_to_a_tracked_file_and_heading():
 )
 def test_anchors_are_githubs(heading, anchor):
     assert slug(heading) == anchor
+
+
+def test_the_pages_make_screenshots_shoots_exist():
+    for shot in SHOTS:
+        assert reverse(shot.url_name, args=["A1-0-1-0" if shot.argument == "order_no" else 1])
+        assert (BASE_DIR / "docs" / "screenshots" / shot.file).exists(), shot.file
+
+
+def test_make_screenshots_names_each_page_it_could_not_find(tmp_path):
+    problems = shoot("http://127.0.0.1:9", {SHOTS[0].file: None}, "pw", tmp_path)
+    assert len(problems) == len(SHOTS)
+    assert all(shot.file in problem and shot.url_name in problem for shot, problem in zip(SHOTS, problems, strict=True))
+    assert not list(tmp_path.iterdir())
