@@ -50,6 +50,17 @@ SHOTS = (
 )
 
 
+ADDRESS = {
+    "recipient": "Alice Li",
+    "phone": "13800138000",
+    "country": "CN",
+    "region": "Shanghai",
+    "city": "Shanghai",
+    "line1": "1 Century Avenue, Pudong",
+    "postal_code": "200120",
+}
+
+
 def _say(message: str) -> None:
     print(f"[screenshots] {message}", flush=True)
 
@@ -67,6 +78,9 @@ def prepare(step: str) -> dict:
     from rest_framework.authtoken.models import Token
 
     from orders.models import AnomalyOrder, Order
+    from orders.payments import payment_start_for_shopper
+    from orders.services import address_save, order_cancel
+    from orders.simulated import checkout_complete
     from seckill.management.commands.seed_demo import DEMO_PASSWORD, SHOPPERS
     from seckill.models import Activity
     from seckill.reconciliation import reconcile
@@ -78,6 +92,15 @@ def prepare(step: str) -> dict:
         users = get_user_model().objects.filter(username__in=SHOPPERS)
         tokens = {t.user.username: t.key for t in Token.objects.filter(user__in=users).select_related("user")}
         return {"activity": live.pk, "tokens": tokens, "password": DEMO_PASSWORD}
+    # Orders in each state: alice and bob pay (through the simulated provider, as the pay
+    # step does), dave cancels, carol and erin have yet to pay.
+    orders = {o.user.username: o for o in Order.objects.filter(activity=live).select_related("user")}
+    address_save(user_id=orders["bob"].user_id, fields={**ADDRESS, "recipient": "Bob Wang"})  # alice's: the API
+    for name in ("alice", "bob"):
+        started = payment_start_for_shopper(order=orders[name])
+        if started.payment is not None:
+            checkout_complete(payment=started.payment, outcome="succeeded")
+    order_cancel(order=orders["dave"], reason="shopper")
     # A drift nothing explains: two units gone from Redis. Reconciliation opens an anomaly.
     stock_redis().decrby(ActivityKeys(live.pk).stock, 2)
     reconcile(activity_id=live.pk)
@@ -192,7 +215,8 @@ class Stack:
 
 
 def buy(stack: Stack, activity: int, tokens: dict[str, str]) -> None:
-    """Every demo shopper buys once (and alice twice: a refusal for the live view's counts)."""
+    """Every demo shopper buys once (and alice twice: a refusal for the live view's counts);
+    alice gives her shipping address through the API."""
     api = f"{stack.base}/api/activities/{activity}"
     for name in [*tokens, "alice"]:
         key = tokens[name]
@@ -200,21 +224,15 @@ def buy(stack: Stack, activity: int, tokens: dict[str, str]) -> None:
         status, body = _http("POST", f"{api}/purchase", key=key, body={"token": flag.get("token")})
         _say(f"{name} buys: {status} {body.get('code')}")
 
-    def ordered():
-        code, result = _http("GET", f"{api}/result", key=tokens["alice"])
-        return code == 200 and result.get("code") == "ordered"
+    def all_ordered():
+        for key in tokens.values():
+            code, result = _http("GET", f"{api}/result", key=key)
+            if code != 200 or result.get("code") != "ordered":
+                return False
+        return True
 
-    _wait(ordered, timeout=120, what="alice's order")
-    address = {
-        "recipient": "Alice Li",
-        "phone": "13800138000",
-        "country": "CN",
-        "region": "Shanghai",
-        "city": "Shanghai",
-        "line1": "1 Century Avenue, Pudong",
-        "postal_code": "200120",
-    }
-    status, body = _http("PUT", f"{stack.base}/api/me/address", key=tokens["alice"], body=address)
+    _wait(all_ordered, timeout=120, what="the shoppers' orders")
+    status, body = _http("PUT", f"{stack.base}/api/me/address", key=tokens["alice"], body=ADDRESS)
     if status != 200:
         raise RuntimeError(f"alice's shipping address was refused: {status} {body}")
 
