@@ -359,3 +359,54 @@ def test_seed_demo_keeps_one_set_of_sales_whose_titles_stay_true():
     for activity in Activity.objects.all():
         assert activity.phase == "live"
         assert not STATES_A_TIME.search(activity.title), activity.title
+
+
+# --- make's install step: progress, not a silent minute ------------------------------------
+
+FAKE_PIP = """#!/bin/sh
+echo "Looking in indexes: https://pypi.org/simple"
+echo "Collecting Django==5.2.19 (from -r requirements.txt (line 2))"
+echo "  Downloading django-5.2.19-py3-none-any.whl.metadata (4.1 kB)"
+echo "Processing /wheels/celery-5.7.0-py3-none-any.whl (from -r requirements.txt (line 3))"
+echo "Building wheels for collected packages: odd"
+echo "  Building wheel for odd (pyproject.toml): started"
+echo "Installing collected packages: Django, celery, odd"
+[ "$FAIL" = 1 ] && { echo "ERROR: Could not install packages due to an OSError: disk full" >&2; exit 1; }
+echo "Successfully installed Django-5.2.19 celery-5.7.0 odd-1.0"
+"""
+
+
+def run_install(tmp_path: Path, *, fail: bool) -> subprocess.CompletedProcess:
+    """make's install step in a scratch copy, with a pip that prints what pip prints."""
+    shutil.copy(BASE_DIR / "Makefile", tmp_path / "Makefile")
+    for name in ("requirements.txt", "requirements-dev.txt"):
+        (tmp_path / name).write_text("")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    (bin_dir / "pip").write_text(FAKE_PIP)
+    (bin_dir / "pip").chmod(0o755)
+    env = {**os.environ, "FAIL": "1" if fail else "0"}
+    return subprocess.run(["make", "install"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+
+
+def test_make_shows_one_line_per_package_and_keeps_pips_status(tmp_path):
+    (tmp_path / "ok").mkdir()
+    done = run_install(tmp_path / "ok", fail=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "installing dependencies into .venv (pip's full output: .venv/pip.log)…",
+        "  collecting Django==5.2.19",
+        "  collecting celery-5.7.0-py3-none-any.whl",
+        "  building odd",
+        "  installing the collected packages…",
+        "  installed",
+    ]
+    assert (tmp_path / "ok" / ".venv" / ".installed").exists()
+    assert "Downloading" in (tmp_path / "ok" / ".venv" / "pip.log").read_text()
+
+    (tmp_path / "bad").mkdir()
+    failed = run_install(tmp_path / "bad", fail=True)
+    assert failed.returncode != 0
+    assert "ERROR: Could not install packages due to an OSError: disk full" in failed.stdout
+    assert not (tmp_path / "bad" / ".venv" / ".installed").exists()
