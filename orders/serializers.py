@@ -1,10 +1,18 @@
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from .models import Order, ShippingAddress
+from .models import COUNTRIES, Order, ShippingAddress
 from .payments import payment_status_of
 
 
 class ShippingAddressSerializer(serializers.ModelSerializer):
+    # DRF's own message repeats the value, which may not even be encodable (a lone surrogate).
+    country = serializers.ChoiceField(
+        choices=COUNTRIES,
+        default="CN",
+        error_messages={"invalid_choice": _("Choose a country or region from the list.")},
+    )
+
     class Meta:
         model = ShippingAddress
         fields = [*ShippingAddress.SNAPSHOT_FIELDS, "updated_at"]

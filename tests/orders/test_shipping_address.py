@@ -2,9 +2,12 @@
 400 JSON, never a 500), asked for before payment and copied onto the order then."""
 
 import json
+from urllib.parse import quote
 
 import pytest
 from django.test import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from orders.models import Order, Payment, ShippingAddress
@@ -144,8 +147,10 @@ def test_hostile_input_is_a_400_json_never_a_500(field, value):
         json.dumps({**ADDRESS, "phone": None}).encode(),
         # A lone surrogate: valid JSON, not encodable text.
         json.dumps(ADDRESS)[:-1].encode() + b', "line2": "\\ud800"}',
+        # …in a field whose error message would repeat it.
+        json.dumps(ADDRESS)[:-1].encode() + b', "country": "\\ud800"}',
     ],
-    ids=["list", "string", "broken", "nested", "boolean", "null", "surrogate"],
+    ids=["list", "string", "broken", "nested", "boolean", "null", "surrogate", "surrogate country"],
 )
 def test_malformed_bodies_are_400_json(raw):
     user = UserFactory()
@@ -190,3 +195,40 @@ def test_a_shopper_edits_their_address_in_the_form():
     saved = client.post("/orders/address/", {**ADDRESS, "line2": "13 楼"})
     assert saved.status_code == 302
     assert ShippingAddress.objects.get(user=user).line2 == "13 楼"
+
+
+# Any code point (lone surrogates included: JSON admits them as escapes, a form sends their
+# WTF-8 bytes) and values far beyond any field's limit, in every field.
+ANY_TEXT = st.one_of(
+    st.text(alphabet=st.characters(exclude_categories=()), max_size=40),
+    st.sampled_from(["\ud800", "a\udc80b", "\x00", "=cmd|' /C calc'!A0", "<script>", "ＣＮ", "cn"]),
+    st.integers(min_value=100, max_value=50_000).map(lambda n: "地" * n),
+)
+FIELDS = st.fixed_dictionaries({}, optional={name: ANY_TEXT for name in ShippingAddress.SNAPSHOT_FIELDS})
+FUZZ = settings(
+    max_examples=60, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+
+
+def _form(fields: dict[str, str]) -> bytes:
+    return "&".join(f"{quote(k)}={quote(v.encode('utf-8', 'surrogatepass'))}" for k, v in fields.items()).encode()
+
+
+def test_no_address_input_gets_a_server_error():
+    user = UserFactory()
+    client, api = page_client(user), api_of(user)
+
+    @FUZZ
+    @given(fields=FIELDS)
+    def call(fields):
+        page = client.generic(
+            "POST", "/orders/address/", _form(fields), content_type="application/x-www-form-urlencoded"
+        )
+        assert page.status_code in (302, 400), page.status_code
+        body = json.dumps(fields).encode()  # lone surrogates as \\ud800 escapes
+        answer = api.generic("PUT", "/api/me/address", body, content_type="application/json")
+        assert answer.status_code in (200, 400), (answer.status_code, answer.content[:300])
+        if answer.status_code == 400:
+            assert answer.json()["code"] == "invalid_request"
+
+    call()
