@@ -138,7 +138,7 @@ class ActivityAdmin(admin.ModelAdmin):
         "orders_summary",
         "links",
     ]
-    list_filter = [SaleStatusFilter, "start_at"]
+    list_filter = [SaleStatusFilter]  # the dates: the date hierarchy above the list
     search_fields = ["title", "product__name"]
     date_hierarchy = "start_at"
     list_select_related = ["product"]
@@ -254,7 +254,8 @@ class ActivityAdmin(admin.ModelAdmin):
         if allowed.get("report"):
             shown.append((reverse("admin:orders_reconciliationreport_activity", args=[obj.pk]), "report"))
         shown.append((self.view_on_site(obj), "on site"))
-        return format_html_join(" · ", '<a href="{}">{}</a>', shown)
+        # One per line: the list fits 1280 px beside the navigation and the filters.
+        return format_html('<span class="sale-links">{}</span>', format_html_join("", '<a href="{}">{}</a>', shown))
 
     def _allowed_links(self, request) -> dict[str, bool]:
         """Which of the other pages this user may open: no link answers 403."""

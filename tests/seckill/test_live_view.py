@@ -18,6 +18,7 @@ from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending
 from stock.scripts import run_purchase
+from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
 from ..factories import make_activity, make_users
 
@@ -129,3 +130,36 @@ def test_shoppers_and_strangers_cannot_watch_and_a_missing_sale_is_404(merchant)
         assert answer.status_code == 302 and "/login/" in answer["Location"]
     assert merchant.get("/admin/seckill/activity/999999/live.json").status_code == 404
     assert merchant.get("/admin/seckill/activity/999999/live/").status_code == 404
+
+
+@pytest.mark.slow
+def test_in_chromium_the_list_fits_1280px_and_the_live_view_refreshes_by_itself(shop_server, chromium_browser):  # noqa: F811
+    from playwright.sync_api import expect
+
+    activity = make_activity(stock=6, title="A sale with a long enough title to fill its column")
+    make_activity(stock=3, started=False, warm=False, title="Later sale")
+    buy(activity, make_users(1))
+    get_user_model().objects.create_superuser("boss", "boss@example.com", "pw-boss-1234")
+    context = chromium_browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+    page = context.new_page()
+    page.goto(f"{shop_server}/admin/login/?next=/admin/seckill/activity/")
+    page.fill("#id_username", "boss")
+    page.fill("#id_password", "pw-boss-1234")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+    sideways = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    # The admin scrolls a wide table inside its box (#changelist .results), not the page.
+    inside = "(() => { const box = document.querySelector('#changelist .results'); return box.scrollWidth - box.clientWidth; })()"
+    assert page.evaluate(sideways) <= 0 and page.evaluate(inside) <= 0, "the activity list scrolls sideways at 1280 px"
+    assert page.locator(".field-status_badge .sale-badge").all_inner_texts() == ["scheduled", "live"]
+
+    page.goto(f"{shop_server}/admin/seckill/activity/{activity.pk}/live/")
+    assert page.inner_text('[data-field="sold"]') == "1"
+    assert page.evaluate(sideways) <= 0, "the live view scrolls sideways at 1280 px"
+    buy(activity, make_users(2, prefix="later"))  # two more, while the page is open
+    # The page asks for the figures every few seconds: no reload.
+    expect(page.locator('[data-field="sold"]')).to_have_text("3", timeout=30_000)
+    assert page.inner_text('[data-field="orders.pending"]') == "3"
+    assert page.get_attribute('[data-field="sold_meter"]', "value") == "3"
+    assert int(page.get_attribute(".sale-board", "data-refreshed")) >= 1
+    context.close()
