@@ -4,6 +4,7 @@ runs on are not touched), gunicorn, a Celery worker and beat; a shopper buys thr
 HTTP and gets an order; SIGINT (Ctrl-C) or SIGTERM stops every process it started, and
 nothing else."""
 
+import importlib
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from celery.app.trace import LOG_FAILURE, LOG_RECEIVED, LOG_SUCCESS
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.core.management import call_command
@@ -410,3 +412,9 @@ def test_make_shows_one_line_per_package_and_keeps_pips_status(tmp_path):
     assert failed.returncode != 0
     assert "ERROR: Could not install packages due to an OSError: disk full" in failed.stdout
     assert not (tmp_path / "bad" / ".venv" / ".installed").exists()
+
+
+def test_the_local_settings_log_logins_only_when_they_go_wrong():
+    local = importlib.import_module("config.settings.local")
+    assert local.LOGGING["loggers"]["axes"] == {"level": "WARNING"}
+    assert local.LOGGING["loggers"]["django.request"] == settings.LOGGING["loggers"]["django.request"]
