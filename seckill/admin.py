@@ -13,7 +13,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from inventory.models import SeckillStock
+from inventory.models import SeckillStock, StockMovement
 from inventory.services import InsufficientStock
 from orders.models import AnomalyOrder, Order, ReconciliationReport
 
@@ -348,6 +348,16 @@ class ActivityAdmin(admin.ModelAdmin):
         )
         return copy
 
+    # --- deleting -------------------------------------------------------------------------
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        # The stock row, its ledger and the stock checks go with their sale: nobody deletes those alone.
+        perms_needed -= {str(m._meta.verbose_name) for m in (SeckillStock, StockMovement, ReconciliationReport)}
+        refusals = [f"{a}: {why}" for a in objs if (why := _delete_refusal(a))]
+        # A refusal counts as protected: the page explains it and a POST deletes nothing.
+        return deleted, counts, perms_needed, refusals or protected
+
     # --- saving ---------------------------------------------------------------------------
 
     def save_model(self, request, obj, form, change):
@@ -439,6 +449,17 @@ class ActivityAdmin(admin.ModelAdmin):
     def duplicate(self, request, queryset):
         for activity in queryset:
             self._duplicate(request, activity)
+
+
+def _delete_refusal(activity: Activity) -> str | None:
+    """Why a sale cannot be deleted (None: it can)."""
+    if activity.orders.exists():
+        return "it has orders (shoppers bought from it); it stays for the records"
+    if activity.phase == Activity.Phase.LIVE:
+        return 'it is on sale now; end it first with "End now and clean up"'
+    if activity.status == Activity.Status.WARMED:
+        return 'its stock is loaded for the sale; end it first with "End now and clean up"'
+    return None
 
 
 def _loaded_words(result) -> str:

@@ -254,3 +254,21 @@ def test_end_now_on_a_sale_not_started_says_why_and_changes_nothing(merchant):
     assert any("has not started" in m for m in said), said
     stored = Activity.objects.get(pk=upcoming.pk)
     assert (stored.start_at, stored.end_at, stored.status) == (upcoming.start_at, upcoming.end_at, upcoming.status)
+
+
+@pytest.mark.django_db
+def test_deleting_a_live_sale_says_why_it_cannot_and_a_scheduled_one_goes(merchant):
+    live = make_activity(stock=3)
+    url = f"/admin/seckill/activity/{live.pk}/delete/"
+    page = merchant.get(url).content.decode()
+    assert "permission" not in page and "cannot be deleted" in page and "on sale now" in page
+    assert merchant.post(url, {"post": "yes"}).status_code == 200  # the same explanation, nothing deleted
+    assert Activity.objects.filter(pk=live.pk).exists()
+    chosen = run_action(merchant, "delete_selected", live).content.decode()
+    assert "permission" not in chosen and "on sale now" in chosen
+
+    later = make_activity(stock=3, started=False, warm=False, title="Later sale")
+    page = merchant.get(f"/admin/seckill/activity/{later.pk}/delete/").content.decode()
+    assert "Are you sure" in page and "permission" not in page
+    assert merchant.post(f"/admin/seckill/activity/{later.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert not Activity.objects.filter(pk=later.pk).exists() and not SeckillStock.objects.filter(activity=later).exists()
