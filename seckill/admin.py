@@ -82,6 +82,27 @@ class _LockedFieldsForm(forms.ModelForm):
         return field.has_changed(initial, posted)
 
 
+# The admin wears the shop's name, as its pages do (templates/base.html).
+admin.site.site_header = "Flash sale · shop admin"
+admin.site.site_title = "Flash sale admin"
+admin.site.index_title = "Run the shop"
+
+# The sale form's words for merchants (the model's help speaks of settings names).
+FORM_WORDS = {
+    "seckill_price": ("Sale price", None),
+    "safety_stock": (None, "Units kept out of the sale, for corrections after a fault."),
+    "shards": ("Stock parts", None),
+    "rate_per_user": (None, 'Purchases one shopper may try, e.g. "5/s"; "off": no limit; blank: the shop\'s default.'),
+    "rate_per_ip": (None, 'Purchases one address may try, e.g. "50/s"; "off": no limit; blank: the shop\'s default.'),
+    "admission_rate": (
+        None,
+        "Purchases per second let through to the stock, all shoppers together; 0: no cap; blank: the shop's default.",
+    ),
+    "min_member_level": (None, "Shoppers below this membership level may not buy; blank: no rule."),
+    "min_account_age_days": (None, "Accounts younger than this may not buy; blank: no rule."),
+}
+
+
 class SaleStatusFilter(admin.SimpleListFilter):
     """The lifecycle in the status badge's words (sold out is a live sale with nothing left:
     the database alone cannot tell it, so it is listed under "live")."""
@@ -357,6 +378,14 @@ class ActivityAdmin(admin.ModelAdmin):
         refusals = [f"{a}: {why}" for a in objs if (why := _delete_refusal(a))]
         # A refusal counts as protected: the page explains it and a POST deletes nothing.
         return deleted, counts, perms_needed, refusals or protected
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        label, help_text = FORM_WORDS.get(db_field.name, (None, None))
+        if field is not None:
+            field.label = label or field.label
+            field.help_text = help_text or field.help_text
+        return field
 
     # --- saving ---------------------------------------------------------------------------
 

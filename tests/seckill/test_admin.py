@@ -271,4 +271,40 @@ def test_deleting_a_live_sale_says_why_it_cannot_and_a_scheduled_one_goes(mercha
     page = merchant.get(f"/admin/seckill/activity/{later.pk}/delete/").content.decode()
     assert "Are you sure" in page and "permission" not in page
     assert merchant.post(f"/admin/seckill/activity/{later.pk}/delete/", {"post": "yes"}).status_code == 302
-    assert not Activity.objects.filter(pk=later.pk).exists() and not SeckillStock.objects.filter(activity=later).exists()
+    assert (
+        not Activity.objects.filter(pk=later.pk).exists() and not SeckillStock.objects.filter(activity=later).exists()
+    )
+
+
+@pytest.mark.django_db
+def test_the_sale_form_speaks_to_merchants_and_the_admin_wears_the_shops_name(merchant):
+    page = merchant.get("/admin/seckill/activity/add/").content.decode()
+    for word in ("SECKILL_", "GATES.md", "Redis", "Seckill price", "Django administration"):
+        assert word not in page, word
+    assert "Sale price" in page and "Flash sale" in page
+
+
+def staff_client(role: str) -> Client:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    user = get_user_model().objects.create_user(f"{role}-x", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name=f"{role}s"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def offered(client: Client) -> list[str]:
+    page = client.get(CHANGELIST).content.decode()
+    select = re.search(r'<select name="action"[^>]*>(.*?)</select>', page, re.S)
+    return [v for v in re.findall(r'<option value="([^"]*)"', select.group(1)) if v] if select else []
+
+
+@pytest.mark.django_db
+def test_each_role_is_offered_only_the_actions_it_may_run(merchant):
+    make_activity(stock=2)
+    everything = ["delete_selected", "warm_up", "force_rewarm", "end_and_clean_up", "publish", "duplicate"]
+    assert offered(merchant) == everything  # a superuser
+    assert offered(staff_client("merchant")) == everything[1:]  # no deleting
+    assert offered(staff_client("reviewer")) == []  # looks only
