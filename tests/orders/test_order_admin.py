@@ -156,3 +156,13 @@ def test_every_link_on_the_orders_admin_pages_works_for_each_role(paid_orders, g
         shown = f'href="{url}"' in index
         assert shown == (client.get(url).status_code == 200), url
     assert seen >= 2
+
+
+@pytest.mark.django_db
+def test_merchants_may_view_and_export_orders_and_reviewers_only_view():
+    def codenames(group):
+        return set(Group.objects.get(name=group).permissions.values_list("codename", flat=True))
+
+    assert {"view_order", "export_order"} <= codenames("merchants")
+    assert "view_order" in codenames("reviewers") and "export_order" not in codenames("reviewers")
+    assert not {"change_order", "delete_order", "add_order"} & (codenames("merchants") | codenames("reviewers"))
