@@ -284,7 +284,9 @@ class ActivityAdmin(admin.ModelAdmin):
         orders, reports = registry.get(Order), registry.get(ReconciliationReport)
         return {
             "orders": orders is not None and orders.has_view_permission(request),
-            "report": reports is not None and reports.has_view_permission(request),
+            # The orders admin says who may read a sale's report (merchants too).
+            "report": reports is not None
+            and getattr(reports, "may_see_activity_report", reports.has_view_permission)(request),
         }
 
     # --- the live view, the change page's links, the copy --------------------------------

@@ -136,6 +136,15 @@ def known_failure(url: str) -> str | None:
     return next((reason for pattern, reason in ORDERS_ADMIN_KNOWN if re.search(pattern, url)), None)
 
 
+# Pages each role reaches by clicking from the index (the crawl is only as good as its reach).
+SALE_PAGES = {"/admin/seckill/activity/<id>/live/", "/admin/orders/reconciliationreport/activity/<id>/"}
+EXPECTED = {
+    "superuser": SALE_PAGES | {"/admin/orders/anomalyorder/<id>/change/", "/admin/auth/user/<id>/change/"},
+    "merchant": SALE_PAGES | {"/admin/seckill/activity/<id>/change/", "/admin/orders/order/<id>/change/"},
+    "reviewer": SALE_PAGES | {"/admin/orders/anomalyorder/<id>/change/", "/admin/orders/order/"},
+}
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("role", ["superuser", "merchant", "reviewer"])
 def test_every_link_and_action_shown_to_a_role_works(shop, role):
@@ -143,6 +152,9 @@ def test_every_link_and_action_shown_to_a_role_works(shop, role):
     answers, lists = crawl(client)
     assert len(answers) < MAX_PAGES, "the crawl did not finish within its bound"
     assert answers[0][1] == 200 and len(answers) > 5, answers
+
+    opened = {path_kind(urlsplit(url).path) for url, status, _ in answers if status == 200}
+    assert EXPECTED[role] <= opened, EXPECTED[role] - opened
 
     ran = []
     for changelist in lists:

@@ -116,8 +116,12 @@ def test_the_page_and_its_json_for_each_role(merchant):
         assert answer.status_code == 200 and "no-store" in answer["Cache-Control"]
         assert answer.json()["sold"] == 1 and answer.json()["status"] == "live"
     # Links only to what the role may open: a reviewer may review anomalies, a merchant may not.
-    assert "Review the anomalies" in staff("reviewer").get(page).content.decode()
-    assert "Review the anomalies" not in staff("merchant").get(page).content.decode()
+    reviewer, as_merchant = staff("reviewer").get(page).content.decode(), staff("merchant").get(page).content.decode()
+    assert "Review the anomalies" in reviewer and "Review the anomalies" not in as_merchant
+    # Both may read the sale's report and see its orders.
+    for body in (reviewer, as_merchant):
+        assert f"/admin/orders/reconciliationreport/activity/{activity.pk}/" in body
+        assert f"/admin/orders/order/?activity__id__exact={activity.pk}" in body
 
 
 @pytest.mark.django_db
