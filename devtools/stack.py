@@ -132,6 +132,8 @@ def main() -> int:
 
     children: dict[str, subprocess.Popen] = {}
     stopping = False
+    summary: dict = {}
+    shown = False
 
     def stop(*_):
         nonlocal stopping
@@ -163,6 +165,7 @@ def main() -> int:
             # Last, so that no start-up output of the children buries it.
             for line in banner(base=f"http://127.0.0.1:{port}", summary=summary, seeded_at=seeded_at):
                 _say(line)
+            shown = True
             if not env.get("METRICS_TOKEN"):
                 _say("  /metrics   answers 401 without METRICS_TOKEN: METRICS_TOKEN=<token> make run, then")
                 _say(f"             curl -H 'Authorization: Bearer <token>' http://127.0.0.1:{port}/metrics")
@@ -193,6 +196,8 @@ def main() -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         stopped = embedded.stop_services(started_here)
+        if summary.get("admin_password") and not shown:  # stopped before the banner: never lose it
+            _say(f"the admin account was created: admin / {summary['admin_password']}")
         _say("stopped" + (f" (and the embedded {', '.join(stopped)})" if stopped else ""))
     return code
 
