@@ -103,6 +103,10 @@ def test_the_header_sign_up_and_log_in_links_keep_the_way_back():
     # On the log-in page, the way back is the one it was given, not the log-in page.
     login = Client().get("/accounts/login/?next=/orders/").content.decode()
     assert 'href="/accounts/signup/?next=/orders/"' in login
+    # An account page given none passes none on (not back to itself, nor to the logged-out page).
+    for path in ("/accounts/login/", "/accounts/signup/"):
+        page = Client().get(path).content.decode()
+        assert 'href="/accounts/login/"' in page and 'href="/accounts/signup/"' in page, path
 
 
 def test_signing_up_from_the_header_link_lands_where_the_shopper_was():
