@@ -381,11 +381,14 @@
       const actions = document.createElement("div");
       actions.className = "actions";
       const pay = postForm(`/orders/${encodeURIComponent(order.order_no)}/pay/`, T.pay, "primary pay");
+      // Cancelling asks first, on the order's confirmation page.
       const cancel = document.createElement("button");
       cancel.type = "button";
       cancel.className = "secondary cancel";
       cancel.textContent = T.cancel;
-      cancel.addEventListener("click", () => cancelOrder(order.order_no));
+      cancel.addEventListener("click", () => {
+        window.location.assign(`/orders/${encodeURIComponent(order.order_no)}/cancel/`);
+      });
       actions.append(pay, cancel);
       say("", "success", actions);
       outcome.dataset.order = order.order_no;
@@ -407,23 +410,6 @@
       return;
     }
     p.textContent = format(T.got_it, { time: duration(left, T.days) });
-  }
-
-  async function cancelOrder(orderNo) {
-    try {
-      const r = await fetch(`/api/orders/${encodeURIComponent(orderNo)}/cancel`, {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "X-CSRFToken": state.csrf },
-      });
-      if (!r.ok) throw new Error(String(r.status));
-      state.order = null;
-      state.locked = false;
-      say(T.cancelled, "info");
-    } catch (e) {
-      say(T.error, "error");
-    }
-    renderButton();
   }
 
   button.addEventListener("click", buy);

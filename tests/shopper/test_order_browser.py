@@ -123,3 +123,18 @@ def test_cancelling_asks_first_and_works_without_javascript(shop_server, chromiu
         assert order.status == Order.Status.CANCELLED and order.cancel_reason == "shopper"
     finally:
         context.close()
+
+
+def test_cancelling_the_won_unit_on_the_sale_page_asks_first(shop_server, browser_context):
+    _user, order, page = shopper_with_an_order(browser_context, shop_server, "hana")
+    page.goto(f"{shop_server}/seckill/{order.activity_id}/")
+    outcome = page.locator("#outcome")
+    expect(outcome).to_contain_text(re.compile(r"Pay within \d\d:\d\d"), timeout=30_000)
+    outcome.get_by_role("button", name="Cancel order").click()
+    page.wait_for_url(f"**/orders/{order.order_no}/cancel/")
+    order.refresh_from_db()
+    assert order.status == Order.Status.PENDING  # asked, not done
+    page.locator("#cancel-confirm").click()
+    page.wait_for_url(f"**/orders/{order.order_no}/")
+    order.refresh_from_db()
+    assert order.status == Order.Status.CANCELLED
