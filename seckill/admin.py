@@ -175,8 +175,8 @@ class ActivityAdmin(admin.ModelAdmin):
             {
                 "fields": ["title", "product", "seckill_price", "start_at", "end_at"],
                 "description": (
-                    "The start, the sale price and the stock fields are locked once the stock is loaded or the "
-                    "sale has started: shoppers reserve and pay under them. The end may then move later, "
+                    "The start, the sale price and the stock fields are locked once the sale is warmed (its stock "
+                    "loaded) or has started: shoppers reserve and pay under them. The end may then move later, "
                     'never into the past (use "End now and clean up").'
                 ),
             },
