@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import redis
 from django.db.models import Count, Max, Q, Sum
+from django.db.models.functions import TruncMinute
 from django.utils import timezone
 from prometheus_client import multiprocess
 
@@ -182,7 +183,7 @@ def live_figures(*, activity: Activity, now: datetime | None = None) -> dict:
         "revenue": str(counts["revenue"]),
         "awaiting_payment": str(counts["expected"]),
         "orders_per_minute": per_minute,
-        "orders_last_minute": per_minute[-1]["orders"] if per_minute else 0,
+        "orders_last_minute": orders.filter(created_at__gt=now - timedelta(minutes=1), created_at__lte=now).count(),
         "orders_peak": max([m["orders"] for m in per_minute] + [1]),
         "sell_out": _sell_out(activity=activity, status=status, left=left, last_order=counts["last_order"], now=now),
         "refusals": _refusals_dict(),
@@ -191,17 +192,19 @@ def live_figures(*, activity: Activity, now: datetime | None = None) -> dict:
 
 
 def _orders_per_minute(orders, now: datetime) -> list[dict]:
-    """Orders created in each of the last MINUTES_SHOWN minutes, oldest first."""
-    since = now - timedelta(minutes=MINUTES_SHOWN)
-    stamps = list(orders.filter(created_at__gt=since, created_at__lte=now).values_list("created_at", flat=True))
-    buckets = [0] * MINUTES_SHOWN
-    for stamp in stamps:
-        index = MINUTES_SHOWN - 1 - int((now - stamp).total_seconds() // 60)
-        buckets[max(0, min(MINUTES_SHOWN - 1, index))] += 1
-    return [
-        {"minute": (now - timedelta(minutes=MINUTES_SHOWN - 1 - i)).strftime("%H:%M"), "orders": n}
-        for i, n in enumerate(buckets)
-    ]
+    """Orders created in each of the last MINUTES_SHOWN clock minutes (the current one so
+    far), oldest first: counted by the database, however many orders a flood made."""
+    current = now.replace(second=0, microsecond=0)
+    first = current - timedelta(minutes=MINUTES_SHOWN - 1)
+    counted = dict(
+        orders.filter(created_at__gte=first, created_at__lte=now)
+        .annotate(minute=TruncMinute("created_at", tzinfo=UTC))
+        .values("minute")
+        .annotate(n=Count("id"))
+        .values_list("minute", "n")
+    )
+    minutes = [first + timedelta(minutes=i) for i in range(MINUTES_SHOWN)]
+    return [{"minute": f"{timezone.localtime(m):%H:%M}", "orders": counted.get(m, 0)} for m in minutes]
 
 
 def _sell_out(*, activity: Activity, status: str, left: int | None, last_order, now: datetime) -> str:

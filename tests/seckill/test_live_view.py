@@ -56,6 +56,7 @@ def test_the_figures_of_a_running_sale(django_capture_on_commit_callbacks):
     assert (figures["sold"], figures["left"], figures["total"]) == (3, 2, 5)
     assert figures["revenue"] == "9.50" and figures["awaiting_payment"] == "9.50"
     assert figures["orders_last_minute"] == 3 and len(figures["orders_per_minute"]) == 10
+    assert sum(m["orders"] for m in figures["orders_per_minute"]) == 3
     assert figures["sell_out"].startswith("at this pace, in about")
 
 
