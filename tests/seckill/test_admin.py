@@ -308,3 +308,13 @@ def test_each_role_is_offered_only_the_actions_it_may_run(merchant):
     assert offered(merchant) == everything  # a superuser
     assert offered(staff_client("merchant")) == everything[1:]  # no deleting
     assert offered(staff_client("reviewer")) == []  # looks only
+
+
+@pytest.mark.django_db
+def test_a_reviewer_cannot_duplicate_and_a_missing_sale_is_404(merchant):
+    activity = make_activity(stock=2)
+    reviewer = staff_client("reviewer")
+    assert reviewer.post(f"/admin/seckill/activity/{activity.pk}/duplicate/").status_code == 403
+    assert "Duplicate sale" not in reviewer.get(f"/admin/seckill/activity/{activity.pk}/change/").content.decode()
+    assert merchant.post("/admin/seckill/activity/999999/duplicate/").status_code == 404
+    assert Activity.objects.count() == 1
