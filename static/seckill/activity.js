@@ -235,6 +235,7 @@
     const { response, body } = await post(`/api/activities/${id}/purchase`, { token: state.token, quantity: 1, ...captcha });
     if (!response) {
       hideChallenge(); // the next click on the button brings a new one
+      state.retryShown = true;
       return say(T.network, "error");
     }
     handlePurchase(response.status, body.code || "", body);
