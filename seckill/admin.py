@@ -36,6 +36,7 @@ from .pages import activity_page_publish
 
 class SeckillStockInline(admin.StackedInline):
     model = SeckillStock
+    verbose_name = verbose_name_plural = "stock in the database"
     can_delete = False
     # A tuple: both attributes take it (a list is typed for one only).
     readonly_fields = ("total", "available", "version", "updated_at")

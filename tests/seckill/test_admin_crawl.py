@@ -116,7 +116,10 @@ def crawl(client: Client) -> tuple[list[tuple[str, int, str]], list[str]]:
         if not bound.take(url):
             continue
         response = client.get(url)
-        answers.append((url, response.status_code, found_on))
+        status = response.status_code
+        if status == 302 and "/admin/login/" in response["Location"]:
+            status = 403  # sent to log in again: a link this role may not open
+        answers.append((url, status, found_on))
         if response.status_code != 200 or "text/html" not in response.get("Content-Type", ""):
             continue
         page = response.content.decode()
@@ -173,8 +176,6 @@ def test_every_link_and_action_shown_to_a_role_works(shop, role):
     assert not unknown, unknown
     if known:
         pytest.xfail(f"the orders admin: {known}")
-    # Redirects only to where a click would go: never to the login page (a link the role cannot open).
-    assert not [a for a in answers if a[1] == 302 and "login" in a[0]], answers
     if role == "reviewer":
         assert not [r for r in ran if "/seckill/activity/" in r[0]], ran  # may only look at the sales
     else:
