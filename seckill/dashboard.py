@@ -130,7 +130,7 @@ def _duration_words(seconds: float) -> str:
         return f"{total} s"
     minutes, seconds = divmod(total, 60)
     if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
+        return f"{minutes} min {seconds:02d} s" if seconds else f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
 
