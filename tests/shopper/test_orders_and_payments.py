@@ -175,7 +175,9 @@ def test_a_forged_notification_is_400_and_changes_nothing(bought, tamper):
     assert payment.status == PaymentStatus.WAITING
 
 
-@pytest.mark.parametrize("seconds_off", [-301, 301], ids=["stale", "from-the-future"])
+# Well outside the 300 s window: the stamp is whole seconds and a loaded machine takes a
+# moment between signing and verifying, so 301 s could land inside it.
+@pytest.mark.parametrize("seconds_off", [-600, 600], ids=["stale", "from-the-future"])
 def test_a_notification_outside_the_time_window_is_refused(bought, seconds_off):
     _activity, user, order, _client = bought
     pay_start(user, order)
