@@ -131,3 +131,12 @@ def test_the_providers_page_offers_no_payment_for_a_cancelled_or_expired_order(b
     order_cancel(order=order, reason="shopper")
     page = client.get(pay_url)
     assert b'id="gateway-succeeded"' not in page.content and b"cancelled" in page.content
+
+
+def test_the_order_page_and_the_address_form_speak_chinese(bought):
+    _user, order, client = bought
+    client.cookies["django_language"] = "zh-hans"
+    page = client.get(f"/orders/{order.order_no}/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "订单进度" in page and "收货地址" in page and "已为你锁定商品" in page
+    form = client.get("/orders/address/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "收件人" in form and "中国大陆" in form and "保存地址" in form
