@@ -232,3 +232,11 @@ def test_no_address_input_gets_a_server_error():
             assert answer.json()["code"] == "invalid_request"
 
     call()
+
+
+@pytest.mark.parametrize("next_url", ["/orders/\r\nX-Evil: 1", "/orders/\x00", "/" + "a" * 100_000, "/orders/\u202e"])
+def test_a_hostile_next_is_never_a_500_nor_a_header(next_url):
+    client = page_client(UserFactory())
+    assert client.get("/orders/address/", {"next": next_url}).status_code == 200
+    saved = client.post("/orders/address/", {**ADDRESS, "next": next_url})
+    assert saved.status_code == 302 and "\n" not in saved["Location"] and "X-Evil" not in saved.headers
