@@ -104,6 +104,10 @@ FORM_WORDS = {
 }
 
 
+# Locked fields shown read-only through these (the model's label and help are not for merchants).
+LOCKED_SHOWN = {"seckill_price": "locked_sale_price", "safety_stock": "locked_safety_stock"}
+
+
 class SaleStatusFilter(admin.SimpleListFilter):
     """The lifecycle in the status badge's words (sold out is a live sale with nothing left:
     the database alone cannot tell it, so it is listed under "live")."""
@@ -403,8 +407,26 @@ class ActivityAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         if obj is not None:
-            fields += activity_locked_fields(activity=_stored(obj))
+            locked = activity_locked_fields(activity=_stored(obj))
+            fields += [*locked, *(LOCKED_SHOWN[name] for name in locked if name in LOCKED_SHOWN)]
         return fields
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:
+            return fieldsets
+        # A locked field shows the model's label and help; these show merchants' words.
+        locked = activity_locked_fields(activity=_stored(obj))
+        swap = {name: shown for name, shown in LOCKED_SHOWN.items() if name in locked}
+        return [(title, {**opts, "fields": [swap.get(f, f) for f in opts["fields"]]}) for title, opts in fieldsets]
+
+    @admin.display(description="Sale price")
+    def locked_sale_price(self, obj):
+        return f"¥{obj.seckill_price}"
+
+    @admin.display(description="Safety stock (kept out of the sale)")
+    def locked_safety_stock(self, obj):
+        return obj.safety_stock
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)

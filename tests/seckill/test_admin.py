@@ -282,6 +282,12 @@ def test_the_sale_form_speaks_to_merchants_and_the_admin_wears_the_shops_name(me
     for word in ("SECKILL_", "GATES.md", "Redis", "Seckill price", "Django administration"):
         assert word not in page, word
     assert "Sale price" in page and "Flash sale" in page
+    # A live sale's page shows the locked fields read-only, in the same words.
+    live = make_activity(stock=3, safety_stock=1)
+    page = merchant.get(f"/admin/seckill/activity/{live.pk}/change/").content.decode()
+    for word in ("SECKILL_", "Redis", "Seckill price"):
+        assert word not in page, word
+    assert "Sale price" in page and "¥0.10" in page and 'name="seckill_price"' not in page
 
 
 def staff_client(role: str) -> Client:
