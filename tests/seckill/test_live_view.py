@@ -15,12 +15,13 @@ from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_pay, orders_create_from_reservations
 from seckill.dashboard import SaleStatus, live_figures, purchase_refusals, sale_status
 from stock.keys import ActivityKeys
-from stock.redis_client import stock_redis
+from stock.redis_client import reset_stock_redis, stock_redis
 from stock.reservations import reservations_pending
 from stock.scripts import run_purchase
 from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
 from ..factories import make_activity, make_users
+from ..helpers import free_port
 
 
 def staff(role: str) -> Client:
@@ -154,7 +155,10 @@ def test_in_chromium_the_list_fits_1280px_and_the_live_view_refreshes_by_itself(
     page.wait_for_selector("#result_list")
     sideways = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
     # The admin scrolls a wide table inside its box (#changelist .results), not the page.
-    inside = "(() => { const box = document.querySelector('#changelist .results'); return box.scrollWidth - box.clientWidth; })()"
+    inside = (
+        "(() => { const box = document.querySelector('#changelist .results');"
+        " return box.scrollWidth - box.clientWidth; })()"
+    )
     assert page.evaluate(sideways) <= 0 and page.evaluate(inside) <= 0, "the activity list scrolls sideways at 1280 px"
     assert page.locator(".field-status_badge .sale-badge").all_inner_texts() == ["scheduled", "live"]
 
@@ -168,3 +172,19 @@ def test_in_chromium_the_list_fits_1280px_and_the_live_view_refreshes_by_itself(
     assert page.get_attribute('[data-field="sold_meter"]', "value") == "3"
     assert int(page.get_attribute(".sale-board", "data-refreshed")) >= 1
     context.close()
+
+
+@pytest.mark.django_db
+def test_with_the_stock_redis_away_the_list_and_the_live_view_still_answer(merchant, settings):
+    activity = make_activity(stock=4)
+    buy(activity, make_users(1))
+    settings.SECKILL_REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    reset_stock_redis()
+    try:
+        assert merchant.get("/admin/seckill/activity/").status_code == 200
+        assert merchant.get(f"/admin/seckill/activity/{activity.pk}/live/").status_code == 200
+        figures = merchant.get(f"/admin/seckill/activity/{activity.pk}/live.json").json()
+        # What is left then comes from the database; the orders from the database as ever.
+        assert figures["left_source"] == "database" and figures["orders"]["pending"] == 1
+    finally:
+        reset_stock_redis()
