@@ -54,6 +54,7 @@
     meter.value = f.sold;
     text("sold", f.sold);
     text("left", f.left);
+    text("left_note", f.left_source === "database" ? "left as the database counts it (the live count is not available)" : "");
     text("reserved_note", f.reserved_not_ordered ? f.reserved_not_ordered + " reserved, order being written" : "");
     text("orders_last_minute", f.orders_last_minute);
     minutes(f.orders_per_minute, f.orders_peak);
