@@ -418,7 +418,10 @@ class ActivityAdmin(admin.ModelAdmin):
         # A locked field shows the model's label and help; these show merchants' words.
         locked = activity_locked_fields(activity=_stored(obj))
         swap = {name: shown for name, shown in LOCKED_SHOWN.items() if name in locked}
-        return [(title, {**opts, "fields": [swap.get(f, f) for f in opts["fields"]]}) for title, opts in fieldsets]
+        return [
+            (title, {**opts, "fields": [swap.get(f, f) if isinstance(f, str) else f for f in opts["fields"]]})
+            for title, opts in fieldsets
+        ]
 
     @admin.display(description="Sale price")
     def locked_sale_price(self, obj):
