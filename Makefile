@@ -5,12 +5,21 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint format bench clean services-down messages manage
+.PHONY: run test install lint format bench clean services-down messages manage screenshots
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing dependencies into $(VENV)…"
-	@$(BIN)/pip install --quiet --quiet --disable-pip-version-check -r requirements-dev.txt
+	@echo "installing dependencies into $(VENV) (pip's full output: $(VENV)/pip.log)…"
+	@# One line per package pip collects or builds, then the install step and any error; pip's exit
+	@# status is kept through the pipe (POSIX sh has no pipefail).
+	@{ $(BIN)/pip install --disable-pip-version-check --progress-bar off -r requirements-dev.txt 2>&1; \
+		echo $$? >$(VENV)/pip.rc; } | tee $(VENV)/pip.log | awk \
+		'/^(Collecting|Processing) / { n = split($$2, part, "/"); print "  collecting " part[n]; fflush() } \
+		/^ *Building wheel for / { print "  building " $$4; fflush() } \
+		/^Installing collected packages/ { print "  installing the collected packages…"; fflush() } \
+		/^Successfully installed/ { print "  installed"; fflush() } \
+		/^(ERROR|error)/ { print; fflush() }'; \
+		exit $$(cat $(VENV)/pip.rc)
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -29,6 +38,12 @@ test: $(STAMP)
 manage: $(STAMP)
 	@DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.local} \
 		$(BIN)/python -m devtools.embedded run -- $(BIN)/python manage.py $(ARGS)
+
+# docs/screenshots/ of the admin live view, the anomaly page and the order page, from the
+# whole stack on its own embedded servers (or DATABASE_URL / REDIS_URL) and Chromium.
+screenshots: $(STAMP)
+	@bash .ci/system-packages
+	@$(BIN)/python -m devtools.screenshots $(SCREENSHOTS_ARGS)
 
 # Style, types and the layering (import-linter contracts in pyproject.toml). mypy's Django
 # plugin imports the test settings, which want the two URLs: placeholders, nothing connects.

@@ -7,6 +7,7 @@ from config import health
 from config.ping import ping
 from orders import urls as order_urls
 from seckill import urls as seckill_urls
+from seckill.views import favicon
 
 api = [
     path("ping", ping, name="ping"),
@@ -27,6 +28,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path(settings.ADMIN_URL, admin.site.urls),
+    path("favicon.ico", favicon, name="favicon"),
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.metrics, name="metrics"),
 ]

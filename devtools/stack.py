@@ -1,15 +1,19 @@
 """`make run`: the whole system on one machine.
 
 Starts the embedded PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset,
-migrates, seeds the demo data, then runs gunicorn, a Celery worker and Celery beat.
+migrates, seeds the demo data, then runs gunicorn, a Celery worker and Celery beat, and
+prints where to go (and the admin password, when this run created the account) once all
+three are up.
 Ctrl-C (SIGINT) or SIGTERM stops every process it started, embedded servers included.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +32,56 @@ def _say(message: str) -> None:
 
 def _manage(*args: str, env: dict) -> None:
     subprocess.run([PY, "manage.py", *args], cwd=BASE_DIR, env=env, check=True)
+
+
+def seed(env: dict) -> dict:
+    """seed_demo's summary (accounts, the admin password if created now, the sales)."""
+    done = subprocess.run(
+        [PY, "manage.py", "seed_demo", "--json"], cwd=BASE_DIR, env=env, check=True, stdout=subprocess.PIPE, text=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def banner(*, base: str, summary: dict, seeded_at: float) -> list[str]:
+    """The lines printed once everything is up: where to go, who to be, what is on sale."""
+    password = summary["password"]
+    staff = ", ".join(f"{name} ({group})" for name, group in summary["staff"].items())
+    lines = [
+        f"ready: the shop at {base}/",
+        f"  shoppers   {', '.join(summary['shoppers'])} — password {password}",
+        f"  admin      {base}/admin/ — staff {staff}, password {password}",
+    ]
+    if summary["admin_password"]:
+        lines.append(f"  superuser  admin / {summary['admin_password']}  (created now and shown only this once)")
+    else:
+        lines.append("  superuser  admin, with the password shown on the first run")
+    lines.append('             forgot it? make manage ARGS="changepassword admin"')
+    elapsed = time.monotonic() - seeded_at
+    for sale in summary["sales"]:
+        left = sale["starts_in"] - elapsed
+        when = f"opens {sale['start_local']} (in {max(1, round(left / 60))} min)" if left > 0 else "on sale now"
+        lines.append(f"  sale       {base}/seckill/{sale['id']}/  {sale['title']}: {when}")
+    lines.append(f'  API docs   {base}/api/docs/   (a tour: README.md, "The first five minutes")')
+    return lines
+
+
+def wait_ready(*, port: int, ready_dir: Path, children: dict, stopping, timeout: float = 120.0) -> bool:
+    """Until the web server accepts connections and the worker and beat said they are up
+    (config.celery_app writes their marks), a child exits or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not stopping():
+        if any(proc.poll() is not None for proc in children.values()):
+            return False
+        if _port_open(port) and all((ready_dir / name).exists() for name in ("worker", "beat")):
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def processes(env: dict) -> dict[str, list[str]]:
@@ -71,9 +125,15 @@ def main() -> int:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(embedded.STATE_DIR / "prometheus")
         shutil.rmtree(env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
     Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+    ready_dir = embedded.STATE_DIR / "ready"
+    shutil.rmtree(ready_dir, ignore_errors=True)
+    ready_dir.mkdir(parents=True)
+    env["SECKILL_READY_DIR"] = str(ready_dir)
 
     children: dict[str, subprocess.Popen] = {}
     stopping = False
+    summary: dict = {}
+    shown = False
 
     def stop(*_):
         nonlocal stopping
@@ -87,7 +147,8 @@ def main() -> int:
         _manage("migrate", "--noinput", "-v", "0", env=env)
         _manage("collectstatic", "--noinput", "-v", "0", env=env)
         _say("seeding demo data…")
-        _manage("seed_demo", env=env)
+        summary = seed(env)
+        seeded_at = time.monotonic()
         for name, argv in processes(env).items():
             if stopping:  # Ctrl-C during the set-up: start nothing more
                 break
@@ -96,13 +157,19 @@ def main() -> int:
             children[name] = subprocess.Popen(argv, cwd=BASE_DIR, env=env, start_new_session=True)
             _say(f"started {name} (pid {children[name].pid})")
         port = env.get("PORT", "8000")
-        _say(
-            f"ready: shop at http://127.0.0.1:{port}/  admin at http://127.0.0.1:{port}/admin/  API docs at /api/docs/"
-        )
-        if not env.get("METRICS_TOKEN"):
-            _say("/metrics answers 401 without METRICS_TOKEN: run METRICS_TOKEN=<token> make run, then")
-            _say(f"  curl -H 'Authorization: Bearer <token>' http://127.0.0.1:{port}/metrics")
-        _say("press Ctrl-C to stop everything")
+        if not stopping and not wait_ready(
+            port=int(port), ready_dir=ready_dir, children=children, stopping=lambda: stopping
+        ):
+            _say("web, worker and beat are not all up yet; the lines above say why")
+        if not stopping:
+            # Last, so that no start-up output of the children buries it.
+            for line in banner(base=f"http://127.0.0.1:{port}", summary=summary, seeded_at=seeded_at):
+                _say(line)
+            shown = True
+            if not env.get("METRICS_TOKEN"):
+                _say("  /metrics   answers 401 without METRICS_TOKEN: METRICS_TOKEN=<token> make run, then")
+                _say(f"             curl -H 'Authorization: Bearer <token>' http://127.0.0.1:{port}/metrics")
+            _say("press Ctrl-C to stop everything")
         while not stopping:
             for name, proc in children.items():
                 if proc.poll() is not None:
@@ -129,6 +196,8 @@ def main() -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         stopped = embedded.stop_services(started_here)
+        if summary.get("admin_password") and not shown:  # stopped before the banner: never lose it
+            _say(f"the admin account was created: admin / {summary['admin_password']}")
         _say("stopped" + (f" (and the embedded {', '.join(stopped)})" if stopped else ""))
     return code
 

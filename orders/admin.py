@@ -1,19 +1,22 @@
+import csv
 import json
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from inventory.admin import ReadOnlyAdmin
 from seckill.models import Activity
 
 from .charts import activity_charts
-from .models import AnomalyOrder, Order, ReconciliationReport
-from .selectors import activity_report_data, anomaly_evidence
+from .models import AnomalyOrder, Order, ReconciliationReport, address_lines
+from .selectors import activity_report_data, anomaly_evidence, orders_fulfilment_rows
 from .services import AnomalyActionError, anomaly_order_recreate, anomaly_resolve, anomaly_stock_return
 
 
@@ -21,23 +24,78 @@ from .services import AnomalyActionError, anomaly_order_recreate, anomaly_resolv
 class OrderAdmin(ReadOnlyAdmin):
     """View only: a saved change form would write the whole row back, and could undo a
     payment or a cancel that happened while the page was open. Orders change through
-    the services (pay, cancel, the anomaly actions)."""
+    the services (pay, cancel, the anomaly actions). Merchants see them with their
+    shipping addresses and export them for fulfilment (CSV)."""
 
     list_display = [
         "order_no",
+        "product",
         "activity",
-        "user",
+        "shopper",
         "quantity",
         "amount",
         "status",
+        "ship_to",
         "pay_deadline",
-        "created_at",
         "paid_at",
     ]
     list_filter = ["status", "activity"]
     search_fields = ["order_no", "user__username", "reservation_id"]
-    list_select_related = ["activity", "user"]
-    readonly_fields = [f.name for f in Order._meta.fields]
+    list_select_related = ["activity__product", "user"]
+    actions = ["export_for_fulfilment"]
+    # The shopper's account is not for merchants or reviewers to open: plain names, no links.
+    fields = (
+        "order_no",
+        "product",
+        "activity",
+        "shopper",
+        "quantity",
+        "amount",
+        "status",
+        "cancel_reason",
+        "address",
+        "pay_deadline",
+        "created_at",
+        "paid_at",
+        "cancelled_at",
+        "shard",
+        "reservation_id",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="product", ordering="activity__product__name")
+    def product(self, obj):
+        return obj.activity.product.name
+
+    @admin.display(description="shopper", ordering="user__username")
+    def shopper(self, obj):
+        return obj.user.get_username()
+
+    @admin.display(description="ship to")
+    def ship_to(self, obj):
+        address = obj.shipping_address
+        if not address:
+            return "–"
+        return f"{address.get('recipient', '')}, {address.get('city', '')}"
+
+    @admin.display(description="shipping address (as paid)")
+    def address(self, obj):
+        lines = address_lines(obj.shipping_address)
+        if not lines:
+            return "none yet (copied when payment starts)"
+        return format_html_join(mark_safe("<br>"), "{}", ((line,) for line in lines))
+
+    def has_export_permission(self, request):
+        return request.user.has_perm("orders.export_order")
+
+    @admin.action(description="Export selected orders for fulfilment (CSV)", permissions=["export"])
+    def export_for_fulfilment(self, request, queryset):
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        stamp = timezone.localtime().strftime("%Y%m%d-%H%M%S")
+        response["Content-Disposition"] = f'attachment; filename="orders-{stamp}.csv"'
+        response.write("\ufeff")  # a BOM: spreadsheets then read the Chinese addresses as UTF-8
+        csv.writer(response).writerows(orders_fulfilment_rows(order_ids=queryset.values("pk")))
+        return response
 
 
 def _table(rows) -> str:
@@ -72,7 +130,7 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
                     "kind",
                     "status",
                     "activity",
-                    "user",
+                    "shopper",
                     "order",
                     "shard",
                     "reservation_id",
@@ -82,7 +140,7 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
             },
         ),
         ("Evidence", {"fields": ["details_pretty", "redis_state", "order_state", "ledger"]}),
-        ("Resolution", {"fields": ["resolution_note", "resolved_by", "resolved_at", "history_pretty"]}),
+        ("Resolution", {"fields": ["resolution_note", "resolved_by_name", "resolved_at", "history_pretty"]}),
     ]
 
     def get_readonly_fields(self, request, obj=None):
@@ -102,6 +160,15 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
         if cache is None or cache[0] != obj.pk:
             self._evidence_cache = cache = (obj.pk, anomaly_evidence(anomaly=obj))
         return cache[1]
+
+    # Names, not links: the accounts' admin pages are not open to reviewers.
+    @admin.display(description="shopper")
+    def shopper(self, obj):
+        return obj.user.get_username() if obj.user else "–"
+
+    @admin.display(description="resolved by")
+    def resolved_by_name(self, obj):
+        return obj.resolved_by.get_username() if obj.resolved_by else "–"
 
     @admin.display(description="details")
     def details_pretty(self, obj):
@@ -210,8 +277,12 @@ class ReconciliationReportAdmin(ReadOnlyAdmin):
             *super().get_urls(),
         ]
 
+    def may_see_activity_report(self, request) -> bool:
+        """Reviewers (the reports) and merchants (the sales they run) see a sale's report."""
+        return self.has_view_permission(request) or request.user.has_perm("seckill.view_activity")
+
     def activity_view(self, request, activity_id: int):
-        if not self.has_view_permission(request):
+        if not self.may_see_activity_report(request):
             raise PermissionDenied
         activity = get_object_or_404(Activity, pk=activity_id)
         data = activity_report_data(activity=activity)
@@ -222,5 +293,6 @@ class ReconciliationReportAdmin(ReadOnlyAdmin):
             "figures": data["figures"],
             "charts": activity_charts(data),
             "opts": self.model._meta,
+            "can_see_reports": self.has_view_permission(request),
         }
         return TemplateResponse(request, "admin/orders/activity_report.html", context)

@@ -1,6 +1,8 @@
 from typing import cast
 
-from drf_spectacular.utils import extend_schema
+from django.core.exceptions import ValidationError as ModelValidationError
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -10,10 +12,10 @@ from core.errors import ApiError
 from core.throttles import throttle_api
 
 from .models import Order
-from .payments import PaymentError, payment_start
-from .selectors import order_of_shopper
-from .serializers import OrderSerializer
-from .services import OrderNotCancellable, order_cancel
+from .payments import PaymentError, payment_start_for_shopper
+from .selectors import address_of, order_of_shopper
+from .serializers import OrderSerializer, ShippingAddressSerializer
+from .services import OrderNotCancellable, address_save, order_cancel
 
 
 def own_order_or_404(request, order_no: str) -> Order:
@@ -34,6 +36,7 @@ class OrderListApi(ListAPIView):
     def get_queryset(self):
         return (
             Order.objects.filter(user_id=_shopper_id(self.request))
+            .select_related("activity__product")
             .prefetch_related("payments")
             .order_by("-created_at", "-id")
         )
@@ -49,19 +52,28 @@ class OrderDetailApi(RetrieveAPIView):
 
     def get_object(self):
         # Someone else's order is simply not found.
-        return own_order_or_404(self.request, self.kwargs["order_no"])
+        order = own_order_or_404(self.request, self.kwargs["order_no"])
+        return Order.objects.select_related("activity__product").prefetch_related("payments").get(pk=order.pk)
 
 
 class OrderPayApi(APIView):
     """Starts a payment with the configured provider and answers where to pay it. It
     never pays the order: only the provider's verified notification does."""
 
-    @extend_schema(request=None, responses={200: None, 404: None, 409: None, 503: None})
+    @extend_schema(
+        request=None,
+        responses={
+            200: None,
+            404: None,
+            409: OpenApiResponse(description="not_payable, or address_required (no shipping address yet)"),
+            503: None,
+        },
+    )
     @throttle_api("order-pay")
     def post(self, request, order_no: str):
         order = own_order_or_404(request, order_no)
         try:
-            started = payment_start(order=order)
+            started = payment_start_for_shopper(order=order)
         except PaymentError as exc:
             raise ApiError(exc.status, exc.code, exc.detail) from exc
         if started.payment is None:
@@ -85,3 +97,25 @@ class OrderCancelApi(APIView):
         except OrderNotCancellable as exc:
             raise ApiError(409, "not_cancellable", str(exc)) from exc
         return Response({"status": order.status})
+
+
+class ShippingAddressApi(APIView):
+    """The shopper's shipping address: asked for before payment, copied onto the order
+    when payment starts."""
+
+    @extend_schema(responses={200: ShippingAddressSerializer, 404: None})
+    def get(self, request):
+        address = address_of(user_id=_shopper_id(request))
+        if address is None:
+            raise ApiError(404, "not_found", "No shipping address yet.")
+        return Response(ShippingAddressSerializer(address).data)
+
+    @extend_schema(request=ShippingAddressSerializer, responses={200: ShippingAddressSerializer, 400: None})
+    def put(self, request):
+        shape = ShippingAddressSerializer(data=request.data)
+        shape.is_valid(raise_exception=True)
+        try:
+            address = address_save(user_id=_shopper_id(request), fields=shape.validated_data)
+        except ModelValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from exc
+        return Response(ShippingAddressSerializer(address).data)

@@ -1,4 +1,8 @@
+import re
+import unicodedata
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
@@ -33,6 +37,9 @@ class Order(models.Model):  # type: ignore[django-manager-missing]  # Payment su
     shard = models.PositiveSmallIntegerField(default=0)
     # The id of the reservation-log entry (of the shard's log) this order was made from.
     reservation_id = models.CharField(max_length=64)
+    # The shopper's address as it was when payment started (ShippingAddress.snapshot): a
+    # later edit of the address does not move an order already on its way.
+    shipping_address = models.JSONField(null=True, blank=True)
     pay_deadline = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
     paid_at = models.DateTimeField(null=True, blank=True)
@@ -51,6 +58,7 @@ class Order(models.Model):  # type: ignore[django-manager-missing]  # Payment su
             models.UniqueConstraint(fields=["activity", "shard", "reservation_id"], name="orders_one_per_reservation"),
             models.CheckConstraint(condition=models.Q(quantity__gte=1), name="orders_quantity_positive"),
         ]
+        permissions = [("export_order", "Can export orders for fulfilment")]
         indexes = [
             models.Index(fields=["user", "-created_at"]),
             models.Index(fields=["activity", "status"]),
@@ -64,6 +72,106 @@ class Order(models.Model):  # type: ignore[django-manager-missing]  # Payment su
     def from_reserve(self) -> bool:
         """Sold by the database path from the reserve: its units never were in Redis."""
         return self.reservation_id.startswith(DB_PATH_PREFIX)
+
+    @property
+    def shipping_lines(self) -> list[str]:
+        return address_lines(self.shipping_address)
+
+
+# Where the shop delivers: mainland China and the usual destinations abroad.
+COUNTRIES = [
+    ("CN", _("China (mainland)")),
+    ("HK", _("Hong Kong SAR")),
+    ("MO", _("Macao SAR")),
+    ("TW", _("Taiwan region")),
+    ("SG", _("Singapore")),
+    ("MY", _("Malaysia")),
+    ("TH", _("Thailand")),
+    ("VN", _("Vietnam")),
+    ("JP", _("Japan")),
+    ("KR", _("South Korea")),
+    ("AU", _("Australia")),
+    ("NZ", _("New Zealand")),
+    ("US", _("United States")),
+    ("CA", _("Canada")),
+    ("GB", _("United Kingdom")),
+    ("DE", _("Germany")),
+    ("FR", _("France")),
+    ("IT", _("Italy")),
+    ("ES", _("Spain")),
+    ("NL", _("Netherlands")),
+    ("AE", _("United Arab Emirates")),
+]
+# No postal codes there.
+COUNTRIES_WITHOUT_POSTAL_CODE = {"HK", "MO", "AE"}
+# Joiners are part of some scripts and emoji; every other format or control character is not text.
+_JOINERS = {"\u200c", "\u200d"}
+
+
+def validate_plain_text(value: str) -> None:
+    """One line of text: no control, format (bar joiners), surrogate or unassigned characters."""
+    for char in value:
+        if unicodedata.category(char).startswith("C") and char not in _JOINERS:
+            raise ValidationError(_("Use letters, digits and punctuation only (no control characters)."))
+
+
+def validate_phone(value: str) -> None:
+    if not re.fullmatch(r"\+?[0-9][0-9 ()-]*[0-9]", value) or not 5 <= sum(c.isdigit() for c in value) <= 15:
+        raise ValidationError(_("Enter a phone number: 5 to 15 digits, optionally with +, spaces or dashes."))
+
+
+class ShippingAddress(models.Model):
+    """Where a shopper's orders go, one per shopper, edited by the shopper. An order keeps
+    its own copy, taken when payment starts (Order.shipping_address)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="shipping_address")
+    recipient = models.CharField(_("recipient"), max_length=60, validators=[validate_plain_text])
+    phone = models.CharField(_("phone"), max_length=20, validators=[validate_phone])
+    country = models.CharField(_("country or region"), max_length=2, choices=COUNTRIES, default="CN")
+    region = models.CharField(_("province or state"), max_length=60, blank=True, validators=[validate_plain_text])
+    city = models.CharField(_("city"), max_length=60, validators=[validate_plain_text])
+    line1 = models.CharField(_("address"), max_length=120, validators=[validate_plain_text])
+    line2 = models.CharField(_("address (line 2)"), max_length=120, blank=True, validators=[validate_plain_text])
+    postal_code = models.CharField(_("postal code"), max_length=12, blank=True, validators=[validate_plain_text])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    SNAPSHOT_FIELDS = ("recipient", "phone", "country", "region", "city", "line1", "line2", "postal_code")
+
+    class Meta:
+        verbose_name = _("shipping address")
+        verbose_name_plural = _("shipping addresses")
+
+    def __str__(self) -> str:
+        return f"{self.recipient}, {self.city}"
+
+    def clean(self) -> None:
+        code = self.postal_code.strip().upper()
+        if self.country == "CN" and not re.fullmatch(r"[0-9]{6}", code):
+            raise ValidationError({"postal_code": _("A postal code in mainland China has 6 digits.")})
+        if self.country not in COUNTRIES_WITHOUT_POSTAL_CODE and not code:
+            raise ValidationError({"postal_code": _("Enter the postal code.")})
+        if code and not re.fullmatch(r"[A-Z0-9][A-Z0-9 -]{1,10}", code):
+            raise ValidationError({"postal_code": _("Use letters, digits, spaces and dashes only.")})
+        self.postal_code = code
+
+    def snapshot(self) -> dict[str, str]:
+        return {field: getattr(self, field) for field in self.SNAPSHOT_FIELDS}
+
+
+def address_lines(snapshot: dict | None) -> list[str]:
+    """An address (a snapshot) as the lines of a label: recipient and phone, street, city, country."""
+    if not snapshot:
+        return []
+    country = dict(COUNTRIES).get(snapshot.get("country", ""), snapshot.get("country", ""))
+    city = " ".join(p for p in (snapshot.get("postal_code", ""), snapshot.get("city", "")) if p)
+    lines = [
+        f"{snapshot.get('recipient', '')} · {snapshot.get('phone', '')}",
+        snapshot.get("line1", ""),
+        snapshot.get("line2", ""),
+        ", ".join(p for p in (city, snapshot.get("region", "")) if p),
+        str(country),
+    ]
+    return [line for line in lines if line]
 
 
 class ReleasedReservation(models.Model):

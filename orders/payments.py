@@ -20,7 +20,7 @@ from payments.core import provider_factory
 from payments.signals import status_changed
 
 from .models import Order, Payment
-from .services import OrderNotPayable, order_pay
+from .services import AddressRequired, OrderNotPayable, order_address_attach, order_pay
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,18 @@ def payment_start(*, order: Order, now=None) -> PaymentStarted:
     # A provider whose checkout is a form inside the shop's page: not supported here.
     payment.change_status(PaymentStatus.ERROR, "provider has no payment page to send the shopper to")
     raise payments_unavailable(f"The provider {variant!r} has no payment page to send the shopper to.")
+
+
+def payment_start_for_shopper(*, order: Order, now=None) -> PaymentStarted:
+    """What the shopper's pay step does: refuse what cannot be paid, ask for the shipping
+    address (409 ``address_required``), copy it onto the order, then start the payment."""
+    now = now or timezone.now()
+    if order.status == Order.Status.PENDING and order.pay_deadline > now:
+        try:
+            order_address_attach(order=order)
+        except AddressRequired as exc:
+            raise PaymentError(409, "address_required", str(exc)) from exc
+    return payment_start(order=order, now=now)
 
 
 def payment_amount_check(*, payment: Payment, amount: str, currency: str) -> None:

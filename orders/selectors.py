@@ -1,7 +1,7 @@
 """Reads: a shopper's own order; for staff, the evidence behind an anomaly and the figures
 of an activity's report."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import redis
 from django.db.models import Count, Max, Min, Q, Sum
@@ -13,7 +13,7 @@ from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import LogEntry, parse_log_entry
 
-from .models import AnomalyOrder, Order, ReconciliationReport
+from .models import AnomalyOrder, Order, ReconciliationReport, ShippingAddress
 
 
 def order_of_shopper(*, order_no: str, user_id: int) -> Order | None:
@@ -24,6 +24,108 @@ def order_of_shopper(*, order_no: str, user_id: int) -> Order | None:
     if "\x00" in order_no or (max_length is not None and len(order_no) > max_length):
         return None
     return Order.objects.filter(order_no=order_no, user_id=user_id).first()
+
+
+def address_of(*, user_id: int) -> ShippingAddress | None:
+    return ShippingAddress.objects.filter(user_id=user_id).first()
+
+
+def orders_of_shopper(*, user_id: int, limit: int = 100) -> list[Order]:
+    """The shopper's newest orders with their sale, product and payments."""
+    return list(
+        Order.objects.filter(user_id=user_id)
+        .select_related("activity__product")
+        .prefetch_related("payments")
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def order_page_of_shopper(*, order_no: str, user_id: int) -> Order | None:
+    order = order_of_shopper(order_no=order_no, user_id=user_id)
+    if order is None:
+        return None
+    return Order.objects.select_related("activity__product").prefetch_related("payments").filter(pk=order.pk).first()
+
+
+def order_timeline(*, order: Order) -> list[dict]:
+    """What happened to the order, oldest first, from its fields and payment records:
+    reserved (the reservation's log id is its time in ms), ordered, payment started,
+    paid, refunded, cancelled."""
+    events: list[dict] = []
+    reserved = _reservation_time(order.reservation_id)
+    if reserved is not None:
+        events.append({"kind": "reserved", "at": reserved})
+    events.append({"kind": "ordered", "at": order.created_at})
+    payments = sorted(order.payments.all(), key=lambda p: (p.created, p.pk))
+    for payment in payments:
+        events.append({"kind": "payment_started", "at": payment.created, "payment": payment})
+        if payment.refund_reason or payment.status == "refunded":
+            events.append({"kind": "refunded", "at": payment.settled_at or payment.modified, "payment": payment})
+    if order.paid_at:
+        events.append({"kind": "paid", "at": order.paid_at})
+    if order.cancelled_at:
+        events.append({"kind": "cancelled", "at": order.cancelled_at, "reason": order.cancel_reason})
+    events.sort(key=lambda e: e["at"])
+    return events
+
+
+def _reservation_time(reservation_id: str):
+    """A Redis stream id "<ms>-<seq>" read as a time; None for any other id."""
+    head = reservation_id.split("-", 1)[0]
+    if not head.isdigit() or len(head) > 15:
+        return None
+    return datetime.fromtimestamp(int(head) / 1000, tz=UTC)
+
+
+FULFILMENT_COLUMNS = [
+    "order_no",
+    "status",
+    "paid_at",
+    "product",
+    "sale",
+    "quantity",
+    "amount",
+    "shopper",
+    "recipient",
+    "phone",
+    "country",
+    "region",
+    "city",
+    "line1",
+    "line2",
+    "postal_code",
+]
+
+
+def _cell(value) -> str:
+    text = "" if value is None else str(value)
+    # A spreadsheet runs a cell that starts like a formula: a shopper's "=HYPERLINK(…)" stays text.
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def orders_fulfilment_rows(*, order_ids) -> list[list[str]]:
+    """The fulfilment CSV of those orders (header first), each with its address copy."""
+    orders = (
+        Order.objects.filter(pk__in=order_ids)
+        .select_related("activity__product", "user")
+        .order_by("activity_id", "paid_at", "id")
+    )
+    rows = [FULFILMENT_COLUMNS]
+    for order in orders.iterator(chunk_size=500):
+        address = order.shipping_address or {}
+        values = {
+            "order_no": order.order_no,
+            "status": order.status,
+            "paid_at": order.paid_at.isoformat() if order.paid_at else "",
+            "product": order.activity.product.name,
+            "sale": order.activity.title,
+            "quantity": order.quantity,
+            "amount": order.amount,
+            "shopper": order.user.get_username(),
+            **{field: address.get(field, "") for field in ShippingAddress.SNAPSHOT_FIELDS},
+        }
+        rows.append([_cell(values[column]) for column in FULFILMENT_COLUMNS])
+    return rows
 
 
 def reservation_entry(*, activity_id: int, reservation_id: str, shard: int = 0) -> LogEntry | None:

@@ -1,4 +1,5 @@
-"""Order writes: creation from reservations (the consumer), and later pay and cancel."""
+"""Order writes: creation from reservations (the consumer), and later pay and cancel; the
+shopper's shipping address and its copy on an order."""
 
 import logging
 import math
@@ -28,7 +29,7 @@ from stock.reservations import (
 )
 from stock.scripts import LogEntry, ScriptCode
 
-from .models import DB_PATH_PREFIX, AnomalyOrder, Order, ReleasedReservation
+from .models import DB_PATH_PREFIX, AnomalyOrder, Order, ReleasedReservation, ShippingAddress
 
 logger = logging.getLogger(__name__)
 
@@ -693,3 +694,35 @@ def anomaly_stock_return(*, anomaly: AnomalyOrder, by, note: str = "") -> str:
         raise AnomalyActionError("nothing to return: the units were already given back")
     _anomaly_log(anomaly=anomaly, action="return_stock", by=by, note=note, result=result, resolve=False)
     return result
+
+
+# --- the shipping address ---------------------------------------------------------------
+
+
+class AddressRequired(Exception):
+    """The shopper has no shipping address yet: it is asked for before payment."""
+
+
+def address_save(*, user_id: int, fields: dict[str, str]) -> ShippingAddress:
+    """Create or replace the shopper's address. Raises django's ValidationError (per field)
+    for anything the model refuses: lengths, control characters, phone, postal code."""
+    address = ShippingAddress.objects.filter(user_id=user_id).first() or ShippingAddress(user_id=user_id)
+    for name in ShippingAddress.SNAPSHOT_FIELDS:
+        setattr(address, name, fields.get(name, ""))
+    address.full_clean(exclude=["user"])
+    address.save()
+    return address
+
+
+def order_address_attach(*, order: Order) -> Order:
+    """Copy the shopper's current address onto a pending order (each payment attempt takes
+    the address as it is then); a paid or cancelled order keeps the copy it has."""
+    if order.status != Order.Status.PENDING:
+        return order
+    address = ShippingAddress.objects.filter(user_id=order.user_id).first()
+    if address is None:
+        raise AddressRequired("Add a shipping address before paying.")
+    snapshot = address.snapshot()
+    Order.objects.filter(pk=order.pk, status=Order.Status.PENDING).update(shipping_address=snapshot)
+    order.shipping_address = snapshot
+    return order

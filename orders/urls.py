@@ -7,6 +7,7 @@ from django.urls import include, path
 from . import apis, views
 
 api_urlpatterns = [
+    path("me/address", apis.ShippingAddressApi.as_view(), name="shipping-address-api"),
     path("orders/", apis.OrderListApi.as_view(), name="order-list"),
     path("orders/<str:order_no>/", apis.OrderDetailApi.as_view(), name="order-detail"),
     path("orders/<str:order_no>/pay", apis.OrderPayApi.as_view(), name="order-pay"),
@@ -15,6 +16,9 @@ api_urlpatterns = [
 
 urlpatterns = [
     path("orders/", views.my_orders, name="my-orders"),
+    # Before <order_no>/: "address" is no order number (they start with "A<activity>-").
+    path("orders/address/", views.address_edit, name="shipping-address"),
+    path("orders/<str:order_no>/", views.order_page, name="order-page"),
     path("orders/<str:order_no>/pay/", views.order_pay_start, name="order-pay-page"),
     path("orders/<str:order_no>/cancel/", views.order_cancel_view, name="order-cancel-page"),
     # process/<token>/ (a payment's notifications) and process/<variant>/ (webhooks).

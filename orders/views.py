@@ -1,16 +1,20 @@
-"""The shopper's orders page, pay (through the configured provider) and cancel; the
+"""The shopper's orders page, an order's page, the shipping address, pay (through the
+configured provider, after the address) and cancel (after a confirmation); the
 simulated provider's checkout page. Notifications arrive at django-payments'
 ``payments/process/<token>/`` (orders.simulated.SimulatedProvider.process_data)."""
 
 import json
 import uuid
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
@@ -18,25 +22,81 @@ from django.views.decorators.http import require_POST
 
 from core.throttles import throttle_page
 
-from .models import Order, Payment
-from .payments import PaymentError, payment_start, payments_unavailable
-from .selectors import order_of_shopper
-from .services import OrderNotCancellable, order_cancel
+from .forms import ShippingAddressForm
+from .models import Order, Payment, address_lines
+from .payments import PaymentError, payment_start_for_shopper, payments_unavailable
+from .selectors import address_of, order_of_shopper, order_page_of_shopper, order_timeline, orders_of_shopper
+from .services import OrderNotCancellable, address_save, order_cancel
 from .simulated import OUTCOMES, checkout_complete
+
+
+def _refunds(order: Order) -> list[Payment]:
+    # A late or second payment given back: the shopper sees it was refunded.
+    return [p for p in order.payments.all() if p.refund_reason]
 
 
 @never_cache
 @login_required
 def my_orders(request):
-    orders = list(
-        Order.objects.filter(user=request.user)
-        .select_related("activity")
-        .prefetch_related("payments")
-        .order_by("-created_at")[:100]
+    orders = orders_of_shopper(user_id=request.user.pk)
+    rows = [(order, _refunds(order)) for order in orders]
+    context = {"rows": rows, "orders": orders, "now": timezone.now(), "address": address_of(user_id=request.user.pk)}
+    return render(request, "orders/my_orders.html", context)
+
+
+@never_cache
+@login_required
+def order_page(request, order_no: str):
+    """One order: what it is, where it goes, what happened to it and what can be done."""
+    order = order_page_of_shopper(order_no=order_no, user_id=request.user.pk)
+    if order is None:
+        raise Http404("No such order.")
+    now = timezone.now()
+    context = {
+        "order": order,
+        "refunded": _refunds(order),
+        "timeline": order_timeline(order=order),
+        "payable": order.status == Order.Status.PENDING and order.pay_deadline > now,
+        # Before payment the order has no copy yet: show where it would go.
+        "address": order.shipping_lines or (None if order.status != Order.Status.PENDING else _current(request)),
+        "now": now,
+    }
+    return render(request, "orders/order_page.html", context)
+
+
+def _current(request) -> list[str] | None:
+    address = address_of(user_id=request.user.pk)
+    if address is None:
+        return None
+    return address_lines(address.snapshot())
+
+
+def _safe_next(request, default: str) -> str:
+    wanted = request.POST.get("next") or request.GET.get("next") or ""
+    if wanted and url_has_allowed_host_and_scheme(wanted, {request.get_host()}, require_https=request.is_secure()):
+        return wanted
+    return default
+
+
+@never_cache
+@login_required
+def address_edit(request):
+    """The shopper's shipping address; after saving, back to ``?next=`` (the order being paid)."""
+    address = address_of(user_id=request.user.pk)
+    next_url = _safe_next(request, reverse("my-orders"))
+    if request.method == "POST":
+        form = ShippingAddressForm(request.POST, instance=address)
+        if form.is_valid():
+            address_save(user_id=request.user.pk, fields=form.cleaned_data)
+            messages.success(request, _("Your shipping address is saved."))
+            return redirect(next_url)
+        status = 400
+    else:
+        form = ShippingAddressForm(instance=address)
+        status = 200
+    return render(
+        request, "orders/address_form.html", {"form": form, "next": next_url, "existing": address}, status=status
     )
-    # A late or second payment given back: the shopper sees it was refunded.
-    rows = [(order, [p for p in order.payments.all() if p.refund_reason]) for order in orders]
-    return render(request, "orders/my_orders.html", {"rows": rows, "orders": orders, "now": timezone.now()})
 
 
 def _own_order(request, order_no: str) -> Order:
@@ -50,33 +110,44 @@ def _own_order(request, order_no: str) -> Order:
 @login_required
 @throttle_page("order-pay")
 def order_pay_start(request, order_no: str):
-    """Start a payment with the provider and send the shopper to its page."""
+    """Start a payment with the provider and send the shopper to its page; a shopper
+    without a shipping address is sent to the address form first, then to the order."""
     order = _own_order(request, order_no)
     try:
-        started = payment_start(order=order)
+        started = payment_start_for_shopper(order=order)
     except PaymentError as exc:
+        if exc.code == "address_required":
+            messages.info(request, _("Where should we deliver it? Add your shipping address, then pay."))
+            back = reverse("order-page", args=[order.order_no])
+            return redirect(f"{reverse('shipping-address')}?{urlencode({'next': back})}")
         if exc.status == 409:
             messages.error(request, _("Order %(no)s can no longer be paid.") % {"no": order.order_no})
-            return redirect("my-orders")
+            return redirect("order-page", order.order_no)
         return render(request, "orders/gateway_error.html", {"error": exc}, status=exc.status)
     if started.payment is None:
         messages.info(request, _("Order %(no)s is already paid.") % {"no": order.order_no})
-        return redirect("my-orders")
+        return redirect("order-page", order.order_no)
     return redirect(started.pay_url)
 
 
-@require_POST
+@never_cache
 @login_required
 @throttle_page("order-cancel")
 def order_cancel_view(request, order_no: str):
+    """GET: the confirmation (what is given up, and a way back). POST: cancel."""
     order = _own_order(request, order_no)
+    if request.method == "GET":
+        cancellable = order.status == Order.Status.PENDING
+        return render(request, "orders/cancel_confirm.html", {"order": order, "cancellable": cancellable})
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
     try:
         order_cancel(order=order, reason="shopper")
     except OrderNotCancellable:
         messages.error(request, _("Order %(no)s cannot be cancelled: it is paid.") % {"no": order.order_no})
     else:
         messages.success(request, _("Order %(no)s is cancelled; the item is back on sale.") % {"no": order.order_no})
-    return redirect("my-orders")
+    return redirect("order-page", order.order_no)
 
 
 def _wants_json(request) -> bool:
@@ -101,7 +172,7 @@ def simulated_checkout(request, token: str):
         if not settings.PAYMENT_GATEWAY_SECRET:
             exc = payments_unavailable("The simulated provider has no secret (PAYMENT_GATEWAY_SECRET).")
             return render(request, "orders/gateway_error.html", {"error": exc}, status=503)
-        return render(request, "orders/simulated_checkout.html", {"payment": payment})
+        return render(request, "orders/simulated_checkout.html", _checkout_context(payment))
     if request.method != "POST":
         return JsonResponse({"code": "method_not_allowed", "detail": "GET or POST."}, status=405)
     outcome = _outcome_of(request)
@@ -125,6 +196,23 @@ def simulated_checkout(request, token: str):
     if outcome == "failed":
         return redirect(payment.get_failure_url())
     return redirect(payment.get_success_url())
+
+
+def _checkout_context(payment: Payment) -> dict:
+    """The provider's page offers to pay only what the shop would keep: a waiting payment
+    of an order still pending and within its deadline."""
+    order = payment.order
+    if order.status == Order.Status.PAID:
+        closed = _("This order is already paid.")
+    elif order.status == Order.Status.CANCELLED:
+        closed = _("This order is cancelled: there is nothing to pay.")
+    elif order.pay_deadline <= timezone.now():
+        closed = _("The time to pay this order is up.")
+    elif payment.status != "waiting":
+        closed = _("This checkout is closed.")
+    else:
+        closed = ""
+    return {"payment": payment, "order": order, "closed": closed}
 
 
 def _simulated_payment(token: str) -> Payment | None:

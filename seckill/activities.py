@@ -272,3 +272,35 @@ def blacklist_entries_delete(*, queryset) -> int:
 def shopper_profile_save(*, profile) -> None:
     profile.save()
     shopper_facts_forget(profile.user_id)
+
+
+# Copied with the sale: what it sells and how (not its state, its token or its start).
+_DUPLICATED_FIELDS = (
+    "rate_per_user",
+    "rate_per_ip",
+    "admission_rate",
+    "admission_burst",
+    "min_member_level",
+    "min_account_age_days",
+    "captcha_required",
+)
+
+
+def activity_duplicate(*, activity: Activity, start_at: datetime, title: str) -> Activity:
+    """A copy of ``activity`` as a new scheduled sale from ``start_at``, as long as the
+    original, with its own stock row (the original's orders and Redis state stay its own)."""
+    copy = activity_create(
+        title=title,
+        product=activity.product,
+        seckill_price=activity.seckill_price,
+        start_at=start_at,
+        end_at=start_at + (activity.end_at - activity.start_at),
+        total_stock=activity.total_stock,
+        per_user_limit=activity.per_user_limit,
+        shards=activity.shards,
+        safety_stock=activity.safety_stock,
+        pay_timeout=activity.pay_timeout,
+    )
+    for name in _DUPLICATED_FIELDS:
+        setattr(copy, name, getattr(activity, name))
+    return activity_save(activity=copy)

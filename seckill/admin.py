@@ -1,21 +1,26 @@
+from datetime import datetime, timedelta
 from typing import cast
 
 import redis
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Field, Q
-from django.urls import reverse
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from inventory.models import SeckillStock
+from inventory.models import SeckillStock, StockMovement
 from inventory.services import InsufficientStock
-from orders.models import Order
+from orders.models import AnomalyOrder, Order, ReconciliationReport
 
 from .activities import (
     SHARDS_CHANGE_LEAD,
     ActivityChangeRefused,
+    activity_duplicate,
     activity_edit_refusal,
     activity_locked_fields,
     activity_save,
@@ -23,16 +28,17 @@ from .activities import (
     blacklist_entry_save,
     shopper_profile_save,
 )
+from .dashboard import SaleStatus, live_figures, sale_status, sale_statuses
 from .lifecycle import WarmupError, activity_stop_selling, activity_warmup
 from .models import Activity, BlacklistEntry, ShopperProfile
 from .pages import activity_page_publish
-from .selectors import redis_remaining_many
 
 
 class SeckillStockInline(admin.StackedInline):
     model = SeckillStock
+    verbose_name = verbose_name_plural = "stock in the database"
     can_delete = False
-    verbose_name_plural = "database stock and its two shares"
+    verbose_name_plural = "stock and its two shares"
     # A tuple: both attributes take it (a list is typed for one only).
     readonly_fields = ("total", "available", "redis_share", "reserve", "version", "updated_at")
     fields = readonly_fields
@@ -41,7 +47,7 @@ class SeckillStockInline(admin.StackedInline):
     def has_add_permission(self, request, obj=None):
         return False
 
-    @admin.display(description="Redis's share left (available − reserve)")
+    @admin.display(description="left for the normal sale (available − outage reserve)")
     def redis_share(self, obj):
         return obj.available - obj.reserve
 
@@ -82,23 +88,88 @@ class _LockedFieldsForm(forms.ModelForm):
         return field.has_changed(initial, posted)
 
 
+# The admin wears the shop's name, as its pages do (templates/base.html).
+admin.site.site_header = "Flash sale · shop admin"
+admin.site.site_title = "Flash sale admin"
+admin.site.index_title = "Run the shop"
+
+# The sale form's words for merchants (the model's help speaks of settings names).
+FORM_WORDS = {
+    "seckill_price": ("Sale price", None),
+    "safety_stock": (None, "Units kept out of the sale, for corrections after a fault."),
+    "shards": ("Stock parts", None),
+    "rate_per_user": (None, 'Purchases one shopper may try, e.g. "5/s"; "off": no limit; blank: the shop\'s default.'),
+    "rate_per_ip": (None, 'Purchases one address may try, e.g. "50/s"; "off": no limit; blank: the shop\'s default.'),
+    "admission_rate": (
+        None,
+        "Purchases per second let through to the stock, all shoppers together; 0: no cap; blank: the shop's default.",
+    ),
+    "min_member_level": (None, "Shoppers below this membership level may not buy; blank: no rule."),
+    "min_account_age_days": (None, "Accounts younger than this may not buy; blank: no rule."),
+}
+
+
+# Locked fields shown read-only through these (the model's label and help are not for merchants).
+LOCKED_SHOWN = {"seckill_price": "locked_sale_price", "safety_stock": "locked_safety_stock"}
+
+
+class SaleStatusFilter(admin.SimpleListFilter):
+    """The lifecycle in the status badge's words (sold out is a live sale with nothing left:
+    the database alone cannot tell it, so it is listed under "live")."""
+
+    title = "status"
+    parameter_name = "sale"
+
+    def lookups(self, request, model_admin):
+        return [
+            (SaleStatus.SCHEDULED, "scheduled"),
+            (SaleStatus.WARMING, "warming"),
+            (SaleStatus.LIVE, "live or sold out"),
+            (SaleStatus.ENDED, "ended"),
+        ]
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        upcoming = Q(start_at__gt=now) & ~Q(status=Activity.Status.ENDED)
+        ended = Q(status=Activity.Status.ENDED) | Q(end_at__lte=now)
+        match self.value():
+            case SaleStatus.SCHEDULED:
+                return queryset.filter(upcoming, status=Activity.Status.SCHEDULED)
+            case SaleStatus.WARMING:
+                return queryset.filter(upcoming, status=Activity.Status.WARMED)
+            case SaleStatus.LIVE:
+                return queryset.filter(start_at__lte=now).exclude(ended)
+            case SaleStatus.ENDED:
+                return queryset.filter(ended)
+        return queryset
+
+
+def duplicate_start(now: datetime) -> datetime:
+    """A copy's start: the next whole hour at least an hour from now (the merchant edits it)."""
+    later = now + timedelta(hours=1)
+    return later.replace(minute=0, second=0, microsecond=0) + (
+        timedelta(hours=1) if later.minute or later.second else timedelta(0)
+    )
+
+
+def _duplicate_title(title: str) -> str:
+    suffix = " (copy)"
+    return title if title.endswith(suffix) else (title[: 200 - len(suffix)] + suffix)
+
+
 @admin.register(Activity)
 class ActivityAdmin(admin.ModelAdmin):
     list_display = [
         "title",
         "product",
-        "seckill_price",
-        "start_at",
-        "end_at",
-        "phase_display",
-        "status",
-        "total_stock",
-        "redis_remaining",
-        "pending_orders",
-        "paid_orders",
-        "report_link",
+        "price",
+        "when",
+        "status_badge",
+        "stock_left",
+        "orders_summary",
+        "links",
     ]
-    list_filter = ["status", "start_at", "end_at"]
+    list_filter = [SaleStatusFilter]  # the dates: the date hierarchy above the list
     search_fields = ["title", "product__name"]
     date_hierarchy = "start_at"
     list_select_related = ["product"]
@@ -106,15 +177,16 @@ class ActivityAdmin(admin.ModelAdmin):
     # A tuple: also the "State" fieldset's fields (a list is typed for one only).
     readonly_fields = ("status", "warmed_at", "created_at", "updated_at")
     inlines = [SeckillStockInline]
-    actions = ["warm_up", "force_rewarm", "end_and_clean_up", "publish"]
+    actions = ["warm_up", "force_rewarm", "end_and_clean_up", "publish", "duplicate"]
+    change_form_template = "admin/seckill/activity/change_form.html"
     fieldsets = [
         (
             None,
             {
                 "fields": ["title", "product", "seckill_price", "start_at", "end_at"],
                 "description": (
-                    "The start, the seckill price and the stock fields are locked once the sale is warmed or has "
-                    "started: reservations are made and charged under them. The end may then move later, "
+                    "The start, the sale price and the stock fields are locked once the sale is warmed (its stock "
+                    "loaded) or has started: shoppers reserve and pay under them. The end may then move later, "
                     'never into the past (use "End now and clean up").'
                 ),
             },
@@ -124,11 +196,12 @@ class ActivityAdmin(admin.ModelAdmin):
             {
                 "fields": ["total_stock", "safety_stock", "db_reserve", "shards", "per_user_limit"],
                 "description": (
-                    "Two owners, never the same unit: Redis sells the total less the safety stock and the "
-                    "database reserve; the database reserve is sold only while Redis is away. "
-                    "Shards split the stock over several Redis keys (for a Redis Cluster; 1 is the fast default). "
-                    f"They can change until {int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, "
-                    "while no order exists and the sale is not warmed; the warm-up lays the stock out over them."
+                    "The reserve is sold only while the shop's fast stock counter is out of reach, and the rest "
+                    "only through it: the two never sell the same unit. "
+                    "Shards split the stock into several parts so that a very large crowd is served in parallel "
+                    "(1 suits almost every sale). They can change until "
+                    f"{int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, while no order exists "
+                    "and the stock is not loaded."
                 ),
             },
         ),
@@ -145,11 +218,14 @@ class ActivityAdmin(admin.ModelAdmin):
                     "min_account_age_days",
                     "captcha_required",
                 ],
-                "description": "Blank rates use the SECKILL_* defaults of the settings; see docs/GATES.md.",
+                "description": "Leave a rate blank to use the shop's default for every sale.",
             },
         ),
         ("State", {"fields": readonly_fields}),
     ]
+
+    class Media:
+        css = {"all": ["seckill/admin/admin.css"]}
 
     def get_queryset(self, request):
         return (
@@ -163,34 +239,169 @@ class ActivityAdmin(admin.ModelAdmin):
 
     def get_changelist_instance(self, request):
         changelist = super().get_changelist_instance(request)
-        # One MGET for the page instead of one GET per row.
-        try:
-            self._remaining = redis_remaining_many([a.pk for a in changelist.result_list])
-        except redis.RedisError:
-            self._remaining = {}
+        # One Redis round trip for the page instead of one per row.
+        self._statuses, self._remaining = sale_statuses(list(changelist.result_list))
+        self._links = self._allowed_links(request)
         return changelist
 
-    @admin.display(description="phase")
-    def phase_display(self, obj):
-        return obj.phase
+    def view_on_site(self, obj):
+        return reverse("activity-page", args=[obj.pk])
 
-    @admin.display(description="Redis remaining")
-    def redis_remaining(self, obj):
+    # --- the list's columns ---------------------------------------------------------
+
+    @admin.display(description="price", ordering="seckill_price")
+    def price(self, obj):
+        return f"¥{obj.seckill_price}"
+
+    @admin.display(description="when", ordering="start_at")
+    def when(self, obj):
+        start, end = timezone.localtime(obj.start_at), timezone.localtime(obj.end_at)
+        until = f"{end:%H:%M}" if end.date() == start.date() else f"{end:%b %d %H:%M}"
+        return format_html('<span class="sale-when">{}<br>– {}</span>', f"{start:%b %d %H:%M}", until)
+
+    @admin.display(description="status")
+    def status_badge(self, obj):
+        status = getattr(self, "_statuses", {}).get(obj.pk) or sale_status(activity=obj, remaining=None)
+        return format_html(
+            '<span class="sale-badge sale-{}" title="{}">{}</span>',
+            status.replace(" ", "-"),
+            SaleStatus.HELP[status],
+            status,
+        )
+
+    @admin.display(description="left")
+    def stock_left(self, obj):
         value = getattr(self, "_remaining", {}).get(obj.pk)
-        return "–" if value is None else value
+        return f"{'–' if value is None else value} / {obj.total_stock}"
 
-    @admin.display(description="pending", ordering="pending_count")
-    def pending_orders(self, obj):
-        return obj.pending_count
+    @admin.display(description="orders", ordering="paid_count")
+    def orders_summary(self, obj):
+        return format_html('<span class="sale-orders">{} paid<br>{} pending</span>', obj.paid_count, obj.pending_count)
 
-    @admin.display(description="paid", ordering="paid_count")
-    def paid_orders(self, obj):
-        return obj.paid_count
+    @admin.display(description="see")
+    def links(self, obj):
+        allowed = getattr(self, "_links", {})
+        shown = [(reverse("admin:seckill_activity_live", args=[obj.pk]), "live view")]
+        if allowed.get("orders"):
+            shown.append((_orders_url(obj.pk), "orders"))
+        if allowed.get("report"):
+            shown.append((reverse("admin:orders_reconciliationreport_activity", args=[obj.pk]), "report"))
+        shown.append((self.view_on_site(obj), "on site"))
+        # One per line: the list fits 1280 px beside the navigation and the filters.
+        return format_html('<span class="sale-links">{}</span>', format_html_join("", '<a href="{}">{}</a>', shown))
 
-    @admin.display(description="report")
-    def report_link(self, obj):
-        url = reverse("admin:orders_reconciliationreport_activity", args=[obj.pk])
-        return format_html('<a href="{}">report</a>', url)
+    def _allowed_links(self, request) -> dict[str, bool]:
+        """Which of the other pages this user may open: no link answers 403."""
+        registry = self.admin_site._registry
+        orders, reports = registry.get(Order), registry.get(ReconciliationReport)
+        return {
+            "orders": orders is not None and orders.has_view_permission(request),
+            # The orders admin says who may read a sale's report (merchants too).
+            "report": reports is not None
+            and getattr(reports, "may_see_activity_report", reports.has_view_permission)(request),
+        }
+
+    # --- the live view, the change page's links, the copy --------------------------------
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("<int:activity_id>/live/", view(self.live_view), name="seckill_activity_live"),
+            path("<int:activity_id>/live.json", view(self.live_json), name="seckill_activity_live_json"),
+            path("<int:activity_id>/duplicate/", view(self.duplicate_view), name="seckill_activity_duplicate"),
+            *super().get_urls(),
+        ]
+
+    def _viewable(self, request, activity_id: int) -> Activity:
+        activity = get_object_or_404(Activity.objects.select_related("product"), pk=activity_id)
+        if not self.has_view_permission(request, activity):
+            raise PermissionDenied
+        return activity
+
+    def live_view(self, request, activity_id: int):
+        activity = self._viewable(request, activity_id)
+        allowed = self._allowed_links(request)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Live: {activity}",
+            "activity": activity,
+            "figures": live_figures(activity=activity),
+            "json_url": reverse("admin:seckill_activity_live_json", args=[activity.pk]),
+            "orders_url": _orders_url(activity.pk) if allowed["orders"] else None,
+            "report_url": reverse("admin:orders_reconciliationreport_activity", args=[activity.pk])
+            if allowed["report"]
+            else None,
+            "anomalies_url": _anomalies_url(activity.pk) if self._may_view(request, AnomalyOrder) else None,
+            "opts": self.model._meta,
+            "has_view_permission": True,
+        }
+        return TemplateResponse(request, "admin/seckill/activity/live.html", context)
+
+    def live_json(self, request, activity_id: int):
+        activity = self._viewable(request, activity_id)
+        return JsonResponse(live_figures(activity=activity))  # admin_view: never cached
+
+    def _may_view(self, request, model) -> bool:
+        model_admin = self.admin_site._registry.get(model)
+        return model_admin is not None and model_admin.has_view_permission(request)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = dict(extra_context or {})
+        activity = Activity.objects.filter(pk=object_id).first() if str(object_id).isdigit() else None
+        if activity is not None:
+            allowed = self._allowed_links(request)
+            extra["sale_links"] = [
+                (reverse("admin:seckill_activity_live", args=[activity.pk]), "Live view"),
+                *([(_orders_url(activity.pk), "Orders")] if allowed["orders"] else []),
+                *(
+                    [(reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]), "Report")]
+                    if allowed["report"]
+                    else []
+                ),
+            ]
+            extra["can_duplicate"] = self.has_add_permission(request)
+            extra["duplicate_url"] = reverse("admin:seckill_activity_duplicate", args=[activity.pk])
+        return super().change_view(request, object_id, form_url, extra)
+
+    def duplicate_view(self, request, activity_id: int):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        activity = self._viewable(request, activity_id)
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        copy = self._duplicate(request, activity)
+        return HttpResponseRedirect(reverse("admin:seckill_activity_change", args=[copy.pk]))
+
+    def _duplicate(self, request, activity: Activity) -> Activity:
+        start = duplicate_start(timezone.now())
+        copy = activity_duplicate(activity=activity, start_at=start, title=_duplicate_title(activity.title))
+        self.message_user(
+            request,
+            f'"{copy}" is a new scheduled sale starting {timezone.localtime(start):%b %d %H:%M}: '
+            "check its start and stock, then save.",
+            messages.SUCCESS,
+        )
+        return copy
+
+    # --- deleting -------------------------------------------------------------------------
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        # The stock row, its ledger and the stock checks go with their sale: nobody deletes those alone.
+        perms_needed -= {str(m._meta.verbose_name) for m in (SeckillStock, StockMovement, ReconciliationReport)}
+        refusals = [f"{a}: {why}" for a in objs if (why := _delete_refusal(a))]
+        # A refusal counts as protected: the page explains it and a POST deletes nothing.
+        return deleted, counts, perms_needed, refusals or protected
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        label, help_text = FORM_WORDS.get(db_field.name, (None, None))
+        if field is not None:
+            field.label = label or field.label
+            field.help_text = help_text or field.help_text
+        return field
+
+    # --- saving ---------------------------------------------------------------------------
 
     def save_model(self, request, obj, form, change):
         try:
@@ -203,8 +414,29 @@ class ActivityAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         if obj is not None:
-            fields += activity_locked_fields(activity=_stored(obj))
+            locked = activity_locked_fields(activity=_stored(obj))
+            fields += [*locked, *(LOCKED_SHOWN[name] for name in locked if name in LOCKED_SHOWN)]
         return fields
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:
+            return fieldsets
+        # A locked field shows the model's label and help; these show merchants' words.
+        locked = activity_locked_fields(activity=_stored(obj))
+        swap = {name: shown for name, shown in LOCKED_SHOWN.items() if name in locked}
+        return [
+            (title, {**opts, "fields": [swap.get(f, f) if isinstance(f, str) else f for f in opts["fields"]]})
+            for title, opts in fieldsets
+        ]
+
+    @admin.display(description="Sale price")
+    def locked_sale_price(self, obj):
+        return f"¥{obj.seckill_price}"
+
+    @admin.display(description="Safety stock (kept out of the sale)")
+    def locked_safety_stock(self, obj):
+        return obj.safety_stock
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
@@ -219,42 +451,94 @@ class ActivityAdmin(admin.ModelAdmin):
         }
         return type(form.__name__, (_LockedFieldsForm, form), {"locked_fields": locked, "stored": stored})
 
+    # --- actions (each offered only to who may run it: ``permissions``) -------------------
+
     def _run(self, request, queryset, action, verb):
         for activity in queryset:
             try:
-                result = action(activity)
+                said = action(activity)
             except (WarmupError, redis.RedisError) as exc:
                 self.message_user(request, f"{activity}: {verb} failed: {exc}", messages.ERROR)
             else:
-                self.message_user(request, f"{activity}: {verb} done: {result}", messages.SUCCESS)
+                self.message_user(request, f"{activity}: {said}", messages.SUCCESS)
 
-    @admin.action(description="Warm up (load stock into Redis)", permissions=["change"])
+    @admin.action(description="Load the stock now (warm up)", permissions=["change"])
     def warm_up(self, request, queryset):
-        self._run(request, queryset, lambda a: activity_warmup(activity_id=a.pk).as_dict(), "warm-up")
+        self._run(request, queryset, lambda a: _loaded_words(activity_warmup(activity_id=a.pk)), "loading the stock")
 
-    @admin.action(description="Force re-warm (derive stock from the database and the log)", permissions=["change"])
+    @admin.action(description="Reload the stock from the orders (force re-warm)", permissions=["change"])
     def force_rewarm(self, request, queryset):
-        self._run(request, queryset, lambda a: activity_warmup(activity_id=a.pk, force=True).as_dict(), "re-warm")
+        self._run(
+            request,
+            queryset,
+            lambda a: _loaded_words(activity_warmup(activity_id=a.pk, force=True)),
+            "reloading the stock",
+        )
 
     @admin.action(description="End now and clean up", permissions=["change"])
     def end_and_clean_up(self, request, queryset):
         from .tasks import activity_close_task
 
+        now = timezone.now()
+        started = []
         for activity in queryset:
+            if activity.start_at > now:
+                # Ending it now would end it before its start: the database refuses that.
+                self.message_user(
+                    request,
+                    f"{activity}: not ended, it has not started (move its dates, or delete it while no order exists).",
+                    messages.WARNING,
+                )
+                continue
             activity_stop_selling(activity_id=activity.pk)
+            started.append(activity)
         # Closing waits one activity-cache lifetime so that no web process still sells.
         self._run(
             request,
-            queryset,
-            lambda a: activity_close_task.apply_async(args=[a.pk], countdown=3) and "closing in a few seconds",
-            "end",
+            started,
+            lambda a: (
+                activity_close_task.apply_async(args=[a.pk], countdown=3)
+                and "ended; the last orders are written and the stock settled in a few seconds"
+            ),
+            "ending",
         )
 
-    @admin.action(description="Publish the activity page (static files for a CDN origin)", permissions=["change"])
+    @admin.action(description="Publish the sale page (files for the CDN)", permissions=["change"])
     def publish(self, request, queryset):
         for activity in queryset:
             paths = activity_page_publish(activity_id=activity.pk)
-            self.message_user(request, f"{activity}: published {', '.join(map(str, paths))}", messages.SUCCESS)
+            self.message_user(request, f"{activity}: page published ({len(paths)} files).", messages.SUCCESS)
+
+    @admin.action(description="Duplicate as a new scheduled sale", permissions=["add"])
+    def duplicate(self, request, queryset):
+        for activity in queryset:
+            self._duplicate(request, activity)
+
+
+def _delete_refusal(activity: Activity) -> str | None:
+    """Why a sale cannot be deleted (None: it can)."""
+    if activity.orders.exists():
+        return "it has orders (shoppers bought from it); it stays for the records"
+    if activity.phase == Activity.Phase.LIVE:
+        return 'it is on sale now; end it first with "End now and clean up"'
+    if activity.status == Activity.Status.WARMED:
+        return 'its stock is loaded for the sale; end it first with "End now and clean up"'
+    return None
+
+
+def _loaded_words(result) -> str:
+    return (
+        f"stock loaded: {result.remaining} units on sale, {result.unordered_units} reserved and not yet ordered "
+        f"(the database has {result.db_available} of {result.db_total} available)."
+    )
+
+
+def _orders_url(activity_id: int) -> str:
+    return f"{reverse('admin:orders_order_changelist')}?activity__id__exact={activity_id}"
+
+
+def _anomalies_url(activity_id: int) -> str:
+    return f"{reverse('admin:orders_anomalyorder_changelist')}?activity__id__exact={activity_id}&status__exact=open"
 
 
 @admin.register(BlacklistEntry)

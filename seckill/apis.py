@@ -15,11 +15,11 @@ from core.errors import ApiError, api_error_of
 from core.log_filters import expected_rejection_unlogged
 from orders.serializers import OrderSerializer
 
-from .activities import activity_flag
 from .captcha import captcha_issue
 from .gates import Admitted, activity_limits, known_shopper, purchase_admit, token_purchase_admit, traffic_limits_check
 from .listing import PageNotFound, activities_page, page_number_parse
 from .models import Activity
+from .pages import page_flag
 from .purchase import purchase_reserve
 from .selectors import ActivitySnapshot, activity_snapshot, purchase_result, redis_remaining_many
 from .serializers import (
@@ -128,7 +128,7 @@ class FlagApi(APIView):
 
     @extend_schema(responses={200: FlagSerializer, 404: _ERR})
     def get(self, request, activity_id: int):
-        flag = activity_flag(activity=snapshot_or_404(activity_id), now=timezone.now())
+        flag = page_flag(activity=snapshot_or_404(activity_id), now=timezone.now())
         return Response(FlagSerializer(flag).data, headers=NO_STORE)
 
 

@@ -10,6 +10,7 @@ import redis
 from django.conf import settings
 from django.db.models import Case, IntegerField, Q, Value, When
 from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
 
 from core.memory import MISSING, ProcessMemory
 from stock.keys import ActivityKeys
@@ -43,6 +44,18 @@ class ActivityPage:
     @property
     def has_previous(self) -> bool:
         return self.number > 1
+
+
+SOLD_OUT = "sold_out"
+
+
+def card_state(*, phase: str, remaining: int | None) -> tuple[str, str]:
+    """The badge a listed sale wears, (css name, label): its phase, or "sold out" while
+    it is live with nothing left (the figure shown: the display total with S > 1). Units
+    that come back (a cancelled order) make it "live" again."""
+    if phase == Activity.Phase.LIVE and remaining is not None and remaining <= 0:
+        return SOLD_OUT, str(_("sold out"))
+    return phase, str(Activity.Phase(phase).label)
 
 
 class PageNotFound(Exception):

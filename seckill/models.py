@@ -57,12 +57,12 @@ class Activity(models.Model):
     # Escrow: units only the database path sells (while Redis is away); Redis never holds
     # them, so the two paths never own the same unit. Blank: filled in when saved.
     db_reserve = models.PositiveIntegerField(
-        _("database reserve"),
+        _("outage reserve"),
         null=True,
         blank=True,
         help_text=_(
-            "Units only the database sells while Redis is away; Redis never holds them. "
-            "Blank = SECKILL_DB_RESERVE_PERCENT of the total stock."
+            "Units sold only while the shop's fast stock counter is out of reach, so the sale goes on through "
+            "an outage; the rest is never sold that way. Blank: the shop's default share of the total stock."
         ),
     )
     pay_timeout = models.PositiveIntegerField(_("payment timeout (seconds)"), default=default_pay_timeout)

@@ -11,10 +11,14 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import translation
 from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 
 from core.memory import ProcessMemory
 
+from .activities import activity_flag
 from .models import Activity
+from .selectors import ActivitySnapshot, redis_remaining_many
+from .soldout import sold_out_known
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,19 @@ def activity_page_path(*, activity_id: int, language: str) -> str:
     if language == settings.LANGUAGE_CODE:
         return reverse("activity-page", args=[activity_id])
     return reverse("activity-page-lang", kwargs={"language": language, "activity_id": activity_id})
+
+
+def page_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:
+    """The flag the page polls (flag.js and the JSON flag): the contract's fields, plus what
+    is left to sell, for the live state the cached page cannot carry. ``remaining`` is the
+    figure the list shows (the display total with S > 1), None when unknown (not warmed,
+    Redis away); ``sold_out`` is true when it is 0, or while this process remembers Redis
+    saying so (no Redis read then)."""
+    flag = activity_flag(activity=activity, now=now)
+    remaining = 0 if sold_out_known(activity.id) else redis_remaining_many([activity.id])[activity.id]
+    flag["remaining"] = max(0, remaining) if remaining is not None else None
+    flag["sold_out"] = remaining is not None and remaining <= 0
+    return flag
 
 
 def page_strings() -> dict[str, str]:
@@ -59,6 +76,9 @@ def page_strings() -> dict[str, str]:
         "failed": _("Sorry, we could not confirm your order."),
         "duplicate": _("You have already taken part in this sale."),
         "sold_out": _("Sold out: every unit has found a buyer."),
+        "sold_out_short": _("Sold out"),
+        "hint_sold_out": _("Units may come back if an order is cancelled; this page shows it."),
+        "left": pgettext("units on the activity page", "%(n)s left"),
         "rate_limited": _("Too many tries. Please wait a moment, then try again."),
         "not_eligible": _("Sorry, your account is not eligible for this sale."),
         "blacklisted": _("Sorry, your account cannot take part in this sale."),
@@ -133,6 +153,7 @@ def _activity_page_render_now(*, activity: Activity, language: str) -> RenderedP
                 "alternates": alternates,
                 "page_language": language,
                 "language_cookie": settings.LANGUAGE_COOKIE_NAME,
+                "default_language": settings.LANGUAGE_CODE,
                 "strings": page_strings(),
             },
         ).encode()

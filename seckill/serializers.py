@@ -36,6 +36,8 @@ class FlagSerializer(serializers.Serializer):
     server_time = serializers.DateTimeField()
     start_at = serializers.DateTimeField()
     end_at = serializers.DateTimeField()
+    remaining = serializers.IntegerField(allow_null=True)  # beyond the contract: docs/API.md
+    sold_out = serializers.BooleanField()
 
 
 class PurchaseRequestSerializer(serializers.Serializer):

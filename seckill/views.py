@@ -7,6 +7,7 @@ import json
 from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.forms import UserCreationForm
+from django.contrib.staticfiles import finders
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpResponse
 from django.middleware.csrf import get_token
@@ -23,11 +24,10 @@ from rest_framework.response import Response
 
 from inventory.models import Product
 
-from .activities import activity_flag
-from .listing import PageNotFound, activities_page, page_number_parse
+from .listing import PageNotFound, activities_page, card_state, page_number_parse
 from .middleware import mark_shared
 from .models import Activity
-from .pages import activity_page_render
+from .pages import activity_page_render, page_flag
 from .selectors import activity_snapshot
 from .serializers import ErrorSerializer
 from .throttles import signup_throttle
@@ -41,7 +41,10 @@ def activity_list(request):
         page = activities_page(number=page_number_parse(request.GET.get("page")))
     except PageNotFound as exc:
         raise Http404("No such page.") from exc
-    rows = [(a, page.remaining.get(a.pk), a.phase, Activity.Phase(a.phase).label) for a in page.activities]
+    rows = []
+    for a in page.activities:
+        left = page.remaining.get(a.pk)
+        rows.append((a, left, *card_state(phase=a.phase, remaining=left)))
     return render(request, "seckill/activity_list.html", {"rows": rows, "page": page, "now": timezone.now()})
 
 
@@ -87,11 +90,33 @@ def flag_js(request, activity_id: int):
     snapshot = activity_snapshot(activity_id)
     if snapshot is None:
         raise Http404("No such activity.")
-    flag = json.dumps(activity_flag(activity=snapshot, now=timezone.now()), cls=DjangoJSONEncoder)
+    flag = json.dumps(page_flag(activity=snapshot, now=timezone.now()), cls=DjangoJSONEncoder)
     body = f"window.seckillFlag = {flag};\nif (window.seckillOnFlag) window.seckillOnFlag(window.seckillFlag);\n"
     response = HttpResponse(body, content_type="application/javascript; charset=utf-8")
     response["Cache-Control"] = NO_STORE
     return response
+
+
+FAVICON_MAX_AGE = 7 * 24 * 3600
+
+
+@functools.cache
+def _favicon() -> bytes:
+    path = finders.find("seckill/favicon.ico")
+    if not path:
+        raise Http404("No icon.")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def favicon(request):
+    """/favicon.ico, which browsers ask for on every site whatever the page says: the same
+    bytes for everyone, cached for a week."""
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
+    response = HttpResponse(_favicon(), content_type="image/x-icon")
+    patch_cache_control(response, public=True, max_age=FAVICON_MAX_AGE)
+    return mark_shared(response)
 
 
 @extend_schema(

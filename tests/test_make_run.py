@@ -4,27 +4,40 @@ runs on are not touched), gunicorn, a Celery worker and beat; a shopper buys thr
 HTTP and gets an order; SIGINT (Ctrl-C) or SIGTERM stops every process it started, and
 nothing else."""
 
+import importlib
 import json
+import logging
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
+from datetime import timedelta
+from io import StringIO
 from pathlib import Path
 
 import psycopg
 import pytest
+from celery.app.trace import LOG_FAILURE, LOG_RECEIVED, LOG_SUCCESS
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
+from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 
+from devtools.stack import banner
+from seckill.management.commands.seed_demo import SOON
+from seckill.models import Activity
 from stock.redis_client import stock_redis
 
 from .helpers import BASE_DIR, free_port, wait_until
-
-pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 
 def descendants(pid: int) -> set[int]:
@@ -181,6 +194,8 @@ class Stack:
         assert stock_redis().ping()
 
 
+@pytest.mark.slow
+@pytest.mark.django_db
 def test_make_run_serves_sells_and_stops_cleanly(stack_state_dir, tmp_path):
     stack = Stack(stack_state_dir, tmp_path / "stack.log")
     base = stack.base
@@ -212,11 +227,31 @@ def test_make_run_serves_sells_and_stops_cleanly(stack_state_dir, tmp_path):
         assert orders["count"] == 1
 
         children = stack.children()
+        # The first run's banner, once web, worker and beat are up, shows the new admin's
+        # password: the account's.
+        found = wait_until(
+            lambda: re.search(r"superuser  admin / (\S+)", stack.output()), timeout=120, what="the ready banner"
+        )
+        password = found.group(1)
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{stack.pg_port}/seckill") as db:
+            (stored,) = db.execute("SELECT password FROM auth_user WHERE username = 'admin'").fetchone()
+        assert PBKDF2PasswordHasher().verify(password, stored)  # the local settings' hasher
     finally:
         stack.stop(signal.SIGINT)
     stack.assert_stopped_cleanly(children, signal.SIGINT)
 
+    # Shown once, with how to reset it, and last: after the children's start-up lines.
+    output = stack.output()
+    assert output.count(password) == 1
+    assert 'make manage ARGS="changepassword admin"' in output
+    ready_at = output.index("ready: the shop at")
+    assert output.index("celery@") < ready_at < found.start()
+    # Beat's routine ticks are not logged one by one.
+    assert "Sending due task" not in output
 
+
+@pytest.mark.slow
+@pytest.mark.django_db
 def test_make_run_stops_every_process_on_sigterm(stack_state_dir, tmp_path):
     stack = Stack(stack_state_dir, tmp_path / "stack.log")
     children: set[int] = set()
@@ -232,3 +267,154 @@ def answers_tcp(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+# --- the first run's pieces: the banner, quiet ticks, the demo data ------------------------
+
+SUMMARY = {
+    "shoppers": ["alice", "bob"],
+    "staff": {"merchant": "merchants", "reviewer": "reviewers"},
+    "password": "shop-demo-2026",
+    "sales": [
+        {"id": 1, "title": "Demo mug for a dime", "phase": "live", "starts_in": 0, "start_local": "2026-12-01 10:00"},
+        {"id": 2, "title": "Demo phone for a yuan", "phase": "upcoming", "starts_in": 300, "start_local": "X"},
+    ],
+}
+
+
+def test_the_banner_shows_the_admin_password_only_when_this_run_created_it():
+    created = "\n".join(
+        banner(base="http://b", summary={**SUMMARY, "admin_password": "pw-XYZ"}, seeded_at=time.monotonic())
+    )
+    assert created.count("pw-XYZ") == 1 and "admin / pw-XYZ" in created
+    again = "\n".join(banner(base="http://b", summary={**SUMMARY, "admin_password": None}, seeded_at=time.monotonic()))
+    assert "pw-XYZ" not in again and "shown on the first run" in again
+    for text in (created, again):
+        assert 'make manage ARGS="changepassword admin"' in text
+        assert "merchant (merchants)" in text and "reviewer (reviewers)" in text and "shop-demo-2026" in text
+        assert "http://b/seckill/1/  Demo mug for a dime: on sale now" in text
+        assert "http://b/seckill/2/  Demo phone for a yuan: opens X (in 5 min)" in text
+
+
+def test_routine_ticks_are_not_logged_but_failures_and_other_tasks_are(caplog):
+    beat, trace = logging.getLogger("celery.beat"), logging.getLogger("celery.app.trace")
+    strategy = logging.getLogger("celery.worker.strategy")
+
+    def task(name: str) -> dict:
+        return {"id": "x1", "name": name, "return_value": None, "runtime": 0.01, "args": "()", "kwargs": "{}"}
+
+    with caplog.at_level(logging.INFO):
+        # Every beat entry here runs every few seconds.
+        beat.info("Scheduler: Sending due task %s (%s)", "seckill-start", "seckill.tasks.activities_start_task")
+        strategy.info(LOG_RECEIVED, task("seckill.tasks.display_totals_task"))
+        trace.info(LOG_SUCCESS, task("seckill.tasks.reconcile_live_task"))
+        # What happens is kept: other tasks, failures, beat's own errors.
+        beat.info("Scheduler: Sending due task %s (%s)", "nightly", "orders.tasks.report_task")
+        strategy.info(LOG_RECEIVED, task("seckill.tasks.reservations_drain_task"))
+        trace.info(LOG_SUCCESS, task("seckill.tasks.activity_start_task"))
+        trace.error(LOG_FAILURE, {**task("seckill.tasks.display_totals_task"), "description": "raised", "exc": "boom"})
+        beat.error("beat: Connection error: refused")
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("celery")]
+    assert logged == [
+        "Scheduler: Sending due task nightly (orders.tasks.report_task)",
+        "Task seckill.tasks.reservations_drain_task[x1] received",
+        "Task seckill.tasks.activity_start_task[x1] succeeded in 0.01s: None",
+        "Task seckill.tasks.display_totals_task[x1] raised: boom",
+        "beat: Connection error: refused",
+    ]
+
+
+def seed_demo() -> dict:
+    out = StringIO()
+    call_command("seed_demo", "--json", stdout=out, stderr=StringIO())
+    return json.loads(out.getvalue())
+
+
+# A title that says when or how long stops being true as the sale moves on.
+STATES_A_TIME = re.compile(r"\d|minute|hour|second|\bnow\b|soon|today|tomorrow|running|start|open|live|ended", re.I)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_seed_demo_keeps_one_set_of_sales_whose_titles_stay_true():
+    before = timezone.now()
+    first = seed_demo()
+    assert first["admin_password"]
+    assert sorted(sale["phase"] for sale in first["sales"]) == ["live", "upcoming"]
+    soon_id = next(sale["id"] for sale in first["sales"] if sale["phase"] == "upcoming")
+    live_id = next(sale["id"] for sale in first["sales"] if sale["phase"] == "live")
+    # A newcomer has five minutes to look around and sign up before it opens.
+    assert Activity.objects.get(pk=soon_id).start_at >= before + SOON
+    User = get_user_model()
+    merchant, reviewer = User.objects.get(username="merchant"), User.objects.get(username="reviewer")
+    assert merchant.is_staff and merchant.groups.filter(name="merchants").exists()
+    assert reviewer.is_staff and reviewer.groups.filter(name="reviewers").exists()
+    assert merchant.check_password(first["password"]) and not merchant.is_superuser
+
+    # Later: the second sale has opened, and an older run's title states a time.
+    Activity.objects.filter(pk=soon_id).update(start_at=timezone.now() - timedelta(seconds=1))
+    Activity.objects.filter(pk=live_id).update(title="Mug for a dime (running)")
+    second = seed_demo()
+    assert second["admin_password"] is None
+    assert sorted(sale["id"] for sale in second["sales"]) == sorted([soon_id, live_id])
+    assert Activity.objects.count() == 2
+    assert User.objects.filter(username__in=["admin", "merchant", "reviewer"]).count() == 3
+    for activity in Activity.objects.all():
+        assert activity.phase == "live"
+        assert not STATES_A_TIME.search(activity.title), activity.title
+
+
+# --- make's install step: progress, not a silent minute ------------------------------------
+
+FAKE_PIP = """#!/bin/sh
+echo "Looking in indexes: https://pypi.org/simple"
+echo "Collecting Django==5.2.19 (from -r requirements.txt (line 2))"
+echo "  Downloading django-5.2.19-py3-none-any.whl.metadata (4.1 kB)"
+echo "Processing /wheels/celery-5.7.0-py3-none-any.whl (from -r requirements.txt (line 3))"
+echo "Building wheels for collected packages: odd"
+echo "  Building wheel for odd (pyproject.toml): started"
+echo "Installing collected packages: Django, celery, odd"
+[ "$FAIL" = 1 ] && { echo "ERROR: Could not install packages due to an OSError: disk full" >&2; exit 1; }
+echo "Successfully installed Django-5.2.19 celery-5.7.0 odd-1.0"
+"""
+
+
+def run_install(tmp_path: Path, *, fail: bool) -> subprocess.CompletedProcess:
+    """make's install step in a scratch copy, with a pip that prints what pip prints."""
+    shutil.copy(BASE_DIR / "Makefile", tmp_path / "Makefile")
+    for name in ("requirements.txt", "requirements-dev.txt"):
+        (tmp_path / name).write_text("")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    (bin_dir / "pip").write_text(FAKE_PIP)
+    (bin_dir / "pip").chmod(0o755)
+    env = {**os.environ, "FAIL": "1" if fail else "0"}
+    return subprocess.run(["make", "install"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+
+
+def test_make_shows_one_line_per_package_and_keeps_pips_status(tmp_path):
+    (tmp_path / "ok").mkdir()
+    done = run_install(tmp_path / "ok", fail=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "installing dependencies into .venv (pip's full output: .venv/pip.log)…",
+        "  collecting Django==5.2.19",
+        "  collecting celery-5.7.0-py3-none-any.whl",
+        "  building odd",
+        "  installing the collected packages…",
+        "  installed",
+    ]
+    assert (tmp_path / "ok" / ".venv" / ".installed").exists()
+    assert "Downloading" in (tmp_path / "ok" / ".venv" / "pip.log").read_text()
+
+    (tmp_path / "bad").mkdir()
+    failed = run_install(tmp_path / "bad", fail=True)
+    assert failed.returncode != 0
+    assert "ERROR: Could not install packages due to an OSError: disk full" in failed.stdout
+    assert not (tmp_path / "bad" / ".venv" / ".installed").exists()
+
+
+def test_the_local_settings_log_logins_only_when_they_go_wrong():
+    local = importlib.import_module("config.settings.local")
+    assert local.LOGGING["loggers"]["axes"] == {"level": "WARNING"}
+    assert local.LOGGING["loggers"]["django.request"] == settings.LOGGING["loggers"]["django.request"]

@@ -206,6 +206,8 @@ CSRF_COOKIE_HTTPONLY = False
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+# The shop's time zone: pages show times in it, the admin reads the times typed in it
+# (USE_TZ: stored in UTC). Set DJANGO_TIME_ZONE to the shop's zone; `make run` uses Asia/Shanghai.
 TIME_ZONE = env("DJANGO_TIME_ZONE", default="UTC")
 USE_I18N = True
 USE_TZ = True

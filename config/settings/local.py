@@ -7,7 +7,7 @@ PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset, and pass their URL
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import DATABASE_URL, REDIS_URL, env
+from .base import DATABASE_URL, LOGGING, REDIS_URL, env
 
 if not DATABASE_URL or not REDIS_URL:
     raise ImproperlyConfigured(
@@ -21,3 +21,9 @@ DEVELOPMENT_SECRETS_ALLOWED = True
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="local-development-only-not-secret")
 PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="local-gateway-secret-not-secret")
 PAYMENT_USES_SSL = env.bool("PAYMENT_USES_SSL", default=False)
+# The demo shop sells in yuan: its times are Beijing time unless DJANGO_TIME_ZONE says otherwise.
+TIME_ZONE = env("DJANGO_TIME_ZONE", default="Asia/Shanghai")
+CELERY_TIMEZONE = TIME_ZONE
+# make run's output is what happens: django-axes's four INFO lines per login (clean-ups of
+# nothing, resets of nothing) are not; its warnings (lock-outs) are.
+LOGGING = {**LOGGING, "loggers": {**LOGGING["loggers"], "axes": {"level": "WARNING"}}}

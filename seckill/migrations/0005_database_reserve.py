@@ -25,9 +25,9 @@ class Migration(migrations.Migration):
             name="db_reserve",
             field=models.PositiveIntegerField(
                 blank=True,
-                help_text="Units only the database sells while Redis is away; Redis never holds them. Blank = SECKILL_DB_RESERVE_PERCENT of the total stock.",
+                help_text="Units sold only while the shop\'s fast stock counter is out of reach, so the sale goes on through an outage; the rest is never sold that way. Blank: the shop\'s default share of the total stock.",
                 null=True,
-                verbose_name="database reserve",
+                verbose_name="outage reserve",
             ),
         ),
         migrations.AddConstraint(

@@ -14,6 +14,7 @@
   const hint = document.getElementById("buy-hint");
   const countdown = document.getElementById("countdown");
   const outcome = document.getElementById("outcome");
+  const stockLeft = document.getElementById("stock-left");
   const account = document.getElementById("account");
   const captchaForm = document.getElementById("captcha");
   const captchaQuestion = document.getElementById("captcha-question");
@@ -28,6 +29,9 @@
     token: null,
     ended: false,
     cooldownUntil: 0,
+    retryShown: false, // "try again in N s" only after a failure, never after a win
+    soldOut: false, // from the flag, or a purchase answered sold_out
+    remaining: null, // units left to sell (the flag's display figure), null when unknown
     locked: false, // bought, or already took part: no more clicks
     me: null,
     csrf: "",
@@ -95,6 +99,8 @@
       state.endMs = Date.parse(flag.end_at);
       state.ended = flag.ended;
       state.token = flag.started && !flag.ended ? flag.token : null;
+      state.soldOut = !!flag.sold_out;
+      state.remaining = flag.remaining === undefined ? null : flag.remaining;
       render();
       delay = pollDelay();
     } catch (e) {
@@ -117,22 +123,35 @@
       countdown.dataset.phase = "upcoming";
       countdown.dataset.remainingMs = String(Math.max(0, Math.round(left)));
       countdown.textContent = left > 0 ? format(T.starts_in, { time: duration(left, T.days) }) : T.starting;
+    } else if (state.soldOut) {
+      countdown.dataset.phase = "sold_out";
+      countdown.dataset.remainingMs = "0";
+      countdown.textContent = T.sold_out_short;
     } else {
       countdown.dataset.phase = "live";
       countdown.dataset.remainingMs = "0";
       countdown.textContent = `${T.on_sale} ${format(T.ends_in, { time: duration(state.endMs - now, T.days) })}`;
     }
+    const ended = state.ended || now >= state.endMs;
+    stockLeft.textContent = !ended && state.remaining !== null ? format(T.left, { n: state.remaining }) : "";
     renderButton();
     renderOrderTimer();
   }
 
   function renderButton() {
-    const live = !!state.token && !state.ended && state.now && state.now() < state.endMs;
+    const onSale = !!state.token && !state.ended && state.now && state.now() < state.endMs;
+    const live = onSale && !state.soldOut;
     const cooling = performance.now() < state.cooldownUntil;
     button.disabled = !live || cooling || state.locked;
     button.setAttribute("aria-disabled", String(button.disabled));
-    if (cooling) {
+    if (state.locked) {
+      hint.textContent = ""; // a win (or a purchase already made): the outcome says it all
+    } else if (onSale && state.soldOut) {
+      hint.textContent = T.hint_sold_out;
+    } else if (cooling && state.retryShown) {
       hint.textContent = format(T.hint_retry, { seconds: Math.ceil((state.cooldownUntil - performance.now()) / 1000) });
+    } else if (cooling) {
+      hint.textContent = "";
     } else if (!live && !state.ended) {
       hint.textContent = state.me && !state.me.authenticated ? T.hint_login : T.hint_wait_start;
     } else {
@@ -148,6 +167,8 @@
     p.textContent = text;
     outcome.appendChild(p);
     if (extra) outcome.appendChild(extra);
+    // Where the shopper is looking: on a small screen the answer may fall below the fold.
+    if (outcome.scrollIntoView) outcome.scrollIntoView({ block: "nearest" });
   }
 
   // --- the visitor: who, and the CSRF token, from an uncached call -------------------------
@@ -169,8 +190,11 @@
       account.append(who, " ", form);
       showResult(await fetchResult());
     } else if (account) {
+      const next = `?next=${encodeURIComponent(location.pathname)}`;
       const login = document.getElementById("account-login");
-      if (login) login.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`;
+      if (login) login.href = `/accounts/login/${next}`;
+      const signup = document.getElementById("account-signup");
+      if (signup) signup.href = `/accounts/signup/${next}`;
     }
     renderButton();
   }
@@ -196,6 +220,7 @@
   function buy() {
     if (button.disabled) return;
     state.cooldownUntil = performance.now() + COOLDOWN_MS;
+    state.retryShown = false;
     renderButton();
     const cooldownTick = setInterval(() => {
       renderButton();
@@ -210,6 +235,7 @@
     const { response, body } = await post(`/api/activities/${id}/purchase`, { token: state.token, quantity: 1, ...captcha });
     if (!response) {
       hideChallenge(); // the next click on the button brings a new one
+      state.retryShown = true;
       return say(T.network, "error");
     }
     handlePurchase(response.status, body.code || "", body);
@@ -270,10 +296,12 @@
       return showChallenge(code === "captcha_invalid" ? T.captcha_invalid : T.captcha_required, "warning");
     }
     hideChallenge();
+    state.retryShown = status !== 202; // the cooldown shows only after a failure
     if (status === 202) {
       state.locked = true;
       say(T.queued, "success");
       waitForOrder(0);
+      poll(); // the figure left has changed: one unit fewer
     } else if (status === 401) {
       const link = document.createElement("a");
       link.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`;
@@ -284,7 +312,10 @@
       say(T.duplicate, "warning");
       fetchResult().then((r) => r && r.code === "ordered" && showResult(r));
     } else if (code === "sold_out") {
+      state.soldOut = true; // until the next flag says units came back
+      state.retryShown = false;
       say(T.sold_out, "warning");
+      render();
     } else if (status === 429) {
       say(T.rate_limited, "warning");
     } else if (code === "not_eligible") {
@@ -351,11 +382,14 @@
       const actions = document.createElement("div");
       actions.className = "actions";
       const pay = postForm(`/orders/${encodeURIComponent(order.order_no)}/pay/`, T.pay, "primary pay");
+      // Cancelling asks first, on the order's confirmation page.
       const cancel = document.createElement("button");
       cancel.type = "button";
       cancel.className = "secondary cancel";
       cancel.textContent = T.cancel;
-      cancel.addEventListener("click", () => cancelOrder(order.order_no));
+      cancel.addEventListener("click", () => {
+        window.location.assign(`/orders/${encodeURIComponent(order.order_no)}/cancel/`);
+      });
       actions.append(pay, cancel);
       say("", "success", actions);
       outcome.dataset.order = order.order_no;
@@ -377,23 +411,6 @@
       return;
     }
     p.textContent = format(T.got_it, { time: duration(left, T.days) });
-  }
-
-  async function cancelOrder(orderNo) {
-    try {
-      const r = await fetch(`/api/orders/${encodeURIComponent(orderNo)}/cancel`, {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "X-CSRFToken": state.csrf },
-      });
-      if (!r.ok) throw new Error(String(r.status));
-      state.order = null;
-      state.locked = false;
-      say(T.cancelled, "info");
-    } catch (e) {
-      say(T.error, "error");
-    }
-    renderButton();
   }
 
   button.addEventListener("click", buy);

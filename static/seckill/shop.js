@@ -49,6 +49,9 @@
         document.cookie = `${cookieName}=${a.dataset.language}; path=/; max-age=31536000; samesite=lax${secure}`;
       })
     );
+    // A language in the URL (/zh-hans/seckill/1/) is the one asked for: a link to it opens
+    // in it, whatever the browser or an older choice says. Only the unprefixed URL follows them.
+    if (here && here !== nav.dataset.defaultLanguage) return;
     let wanted = cookie(cookieName);
     if (!wanted) {
       const codes = links.map((a) => a.dataset.language);

@@ -16,6 +16,7 @@ from seckill.selectors import redis_remaining
 
 from ..factories import make_activity, make_users
 from ..helpers import wait_until
+from ..orders.addresses import give_address
 from .helpers import buy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,6 +47,7 @@ def test_a_pending_order_past_its_deadline_is_not_payable_and_times_out():
 def test_a_success_after_the_deadline_is_refunded_and_the_order_times_out():
     activity = make_activity(stock=3, pay_timeout=2)
     (user,) = make_users(1)
+    give_address(user)  # the pay step asks for it first
     (order,) = buy(activity, [user])
     client = APIClient()
     client.force_authenticate(user)

@@ -32,6 +32,7 @@ from stock.redis_client import reset_stock_redis
 from ..drills.infra import TcpProxy, assert_nothing_lost_nothing_doubled, start_celery_beat, units_ordered
 from ..factories import make_activity, make_users
 from ..helpers import free_port, http, start_celery_worker, start_gunicorn, subprocess_env, wait_until
+from ..orders.addresses import give_address
 
 # --- Redis away --------------------------------------------------------------------------
 
@@ -105,6 +106,7 @@ def test_redis_away_every_endpoint_and_page_answers_without_a_500(production_cac
     shopper_profile_save(profile=ShopperProfile(user=low, member_level=0))
     blacklist_entry_save(entry=BlacklistEntry(kind="user", value=str(banned.pk), reason="bot"))
     paid = order_create_direct(activity_id=history.pk, user_id=payer.pk, quantity=1)
+    give_address(payer)  # the pay step asks for it first
     cancelled = order_create_direct(activity_id=history.pk, user_id=canceller.pk, quantity=1)
     staff = get_user_model().objects.create_superuser("boss", "boss@example.com", "pw")
     live_redis = redis.Redis.from_url(settings.SECKILL_REDIS_URL)

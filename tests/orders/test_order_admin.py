@@ -1,15 +1,24 @@
 """Orders are view-only in admin: a change form saved there would write the whole row
 back and could undo a payment or a cancel made while the page was open."""
 
+import csv
+import html
+import io
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.test import Client
+from django.urls import reverse
 
-from orders.models import Order
-from orders.services import order_cancel
+from orders.models import AnomalyOrder, Order
+from orders.services import anomaly_record, order_address_attach, order_cancel
 
-from ..factories import make_activity, make_users
+from ..factories import ProductFactory, make_activity, make_users
 from ..lifecycle.helpers import buy
+from ..paying import pay_through_provider
+from .addresses import give_address
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,3 +41,128 @@ def test_a_superuser_saving_an_order_page_cannot_undo_a_cancel():
     order.refresh_from_db()
     assert order.status == Order.Status.CANCELLED
     assert client.get("/admin/orders/order/add/").status_code == 403
+
+
+# --- merchants, reviewers and superusers on the orders admin --------------------------
+
+
+def _staff(group: str | None):
+    User = get_user_model()
+    if group is None:
+        user = User.objects.create_superuser(f"super-{User.objects.count()}", "s@example.com", "pw-for-tests")
+    else:
+        user = User.objects.create_user(f"{group}-{User.objects.count()}", password="pw-for-tests", is_staff=True)
+        user.groups.add(Group.objects.get(name=group))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def paid_orders():
+    activity = make_activity(stock=5, product=ProductFactory(name="Phone X"))
+    users = make_users(2)
+    give_address(users[0], recipient='=HYPERLINK("http://evil")', city="上海")
+    give_address(users[1], country="HK", postal_code="", city="香港", region="")
+    orders = buy(activity, users)
+    for order in orders:
+        pay_through_provider(payment_ready(order))
+    return activity, orders
+
+
+def payment_ready(order: Order) -> Order:
+    order_address_attach(order=order)
+    return order
+
+
+def _export(client, orders):
+    return client.post(
+        "/admin/orders/order/",
+        {"action": "export_for_fulfilment", "_selected_action": [o.pk for o in orders]},
+    )
+
+
+@pytest.mark.django_db  # the staff groups are rows of a data migration: no flush
+def test_a_merchant_sees_the_orders_with_addresses_and_exports_them(paid_orders):
+    activity, orders = paid_orders
+    client = _staff("merchants")
+    listing = client.get("/admin/orders/order/")
+    assert listing.status_code == 200
+    body = listing.content.decode()
+    assert "Phone X" in body and "香港" in body
+    assert 'value="export_for_fulfilment"' in body
+    page = client.get(f"/admin/orders/order/{orders[1].pk}/change/")
+    assert page.status_code == 200 and "香港" in page.content.decode()
+
+    export = _export(client, orders)
+    assert export.status_code == 200 and export["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(export.content.decode("utf-8-sig"))))
+    assert rows[0][:3] == ["order_no", "status", "paid_at"]
+    by_no = {row[0]: dict(zip(rows[0], row, strict=True)) for row in rows[1:]}
+    assert set(by_no) == {o.order_no for o in orders}
+    first = by_no[orders[0].order_no]
+    assert first["product"] == "Phone X" and first["status"] == "paid" and first["postal_code"] == "200120"
+    assert first["recipient"] == '\'=HYPERLINK("http://evil")'  # text, not a formula
+    assert by_no[orders[1].order_no]["city"] == "香港"
+    assert client.get(reverse("admin:orders_reconciliationreport_activity", args=[activity.pk])).status_code == 200
+
+
+@pytest.mark.django_db  # the staff groups are rows of a data migration: no flush
+def test_a_reviewer_is_not_offered_the_export_and_cannot_run_it(paid_orders):
+    _activity, orders = paid_orders
+    client = _staff("reviewers")
+    listing = client.get("/admin/orders/order/")
+    assert listing.status_code == 200
+    assert b"export_for_fulfilment" not in listing.content
+    export = _export(client, orders)
+    assert not export.get("Content-Type", "").startswith("text/csv")
+
+
+@pytest.mark.django_db  # the staff groups are rows of a data migration: no flush
+@pytest.mark.parametrize("group", [None, "merchants", "reviewers"], ids=["superuser", "merchant", "reviewer"])
+def test_every_link_on_the_orders_admin_pages_works_for_each_role(paid_orders, group):
+    activity, orders = paid_orders
+    anomaly, _ = anomaly_record(
+        kind=AnomalyOrder.Kind.PAID_NOT_DEDUCTED,
+        activity_id=activity.pk,
+        order=orders[0],
+        fault_key="test",
+        details={"quantity": 1},
+    )
+    client = _staff(group)
+    pages = [
+        "/admin/orders/order/",
+        f"/admin/orders/order/{orders[0].pk}/change/",
+        "/admin/orders/anomalyorder/",
+        f"/admin/orders/anomalyorder/{anomaly.pk}/change/",
+        "/admin/orders/reconciliationreport/",
+        reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]),
+    ]
+    seen = 0
+    for url in pages:
+        page = client.get(url)
+        if page.status_code == 403:
+            continue  # not this role's page: the admin does not link it either (checked below)
+        assert page.status_code == 200, url
+        seen += 1
+        for link in set(re.findall(r'href="(/admin/[^"#]*)"', page.content.decode())):
+            link = html.unescape(link)
+            if link.endswith("/logout/") or "/password_change/" in link:
+                continue
+            answer = client.get(link)
+            assert answer.status_code in (200, 302), f"{link} on {url}: {answer.status_code}"
+    index = client.get("/admin/").content.decode()
+    for url in pages[:5:2]:
+        shown = f'href="{url}"' in index
+        assert shown == (client.get(url).status_code == 200), url
+    assert seen >= 2
+
+
+@pytest.mark.django_db
+def test_merchants_may_view_and_export_orders_and_reviewers_only_view():
+    def codenames(group):
+        return set(Group.objects.get(name=group).permissions.values_list("codename", flat=True))
+
+    assert {"view_order", "export_order"} <= codenames("merchants")
+    assert "view_order" in codenames("reviewers") and "export_order" not in codenames("reviewers")
+    assert not {"change_order", "delete_order", "add_order"} & (codenames("merchants") | codenames("reviewers"))

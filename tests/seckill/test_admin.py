@@ -2,6 +2,7 @@
 
 import re
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.test import Client
@@ -70,7 +71,7 @@ def test_add_form_rejects_inconsistent_activities(merchant, overrides):
 
 
 @pytest.mark.django_db
-def test_changelist_shows_redis_remaining_and_order_counts(merchant):
+def test_changelist_shows_one_status_what_is_left_and_the_orders(merchant):
     activity = make_activity(stock=10)
     users = make_users(3)
     for user in users:
@@ -78,26 +79,82 @@ def test_changelist_shows_redis_remaining_and_order_counts(merchant):
     orders_create_from_reservations(activity_id=activity.pk, entries=reservations_pending(activity_id=activity.pk))
     order_pay(order=Order.objects.filter(activity=activity).first())
     make_activity(stock=4, started=False, warm=False, title="Cold sale")
+    make_activity(stock=4, started=False, warm=True, title="Warm sale")
+    sold_out = make_activity(stock=1, title="Gone sale")
+    run_purchase(stock_redis(), ActivityKeys(sold_out.pk), user_id=users[0].pk, quantity=1, limit=1)
 
     html = merchant.get(CHANGELIST).content.decode()
     rows = re.findall(r'<th class="field-title"><a [^>]*>(.*?)</a>', html)
-    hot = rows.index("Test sale")
-    cold = rows.index("Cold sale")
-    assert cell(html, "redis_remaining", hot) == "7"
-    assert cell(html, "pending_orders", hot) == "2"
-    assert cell(html, "paid_orders", hot) == "1"
-    assert cell(html, "redis_remaining", cold) == "–"
-    # Filters and search.
-    assert "Cold sale" not in merchant.get(CHANGELIST, {"status__exact": "warmed"}).content.decode()
+    hot, cold, warm, gone = (rows.index(t) for t in ("Test sale", "Cold sale", "Warm sale", "Gone sale"))
+    assert cell(html, "stock_left", hot) == "7 / 10"
+    assert cell(html, "orders_summary", hot) == '<span class="sale-orders">1 paid<br>2 pending</span>'
+    assert cell(html, "stock_left", cold) == "– / 4"
+    badges = {row: re.search(r">([a-z ]+)</span>", cell(html, "status_badge", row)).group(1) for row in rows_of(html)}
+    assert (badges[hot], badges[cold], badges[warm], badges[gone]) == ("live", "scheduled", "warming", "sold out")
+    # One status column, not two; no developer words.
+    assert "field-phase_display" not in html and "field-status" not in html.replace("field-status_badge", "")
+    assert "Redis" not in html
+    # Links: the live view, the orders, the report and the shop's page.
+    links = cell(html, "links", hot)
+    assert f"/admin/seckill/activity/{activity.pk}/live/" in links
+    assert f"/admin/orders/order/?activity__id__exact={activity.pk}" in links
+    assert f"/admin/orders/reconciliationreport/activity/{activity.pk}/" in links
+    assert f"/seckill/{activity.pk}/" in links
+    # Filters (in the badge's words) and search.
+    scheduled = merchant.get(CHANGELIST, {"sale": "scheduled"}).content.decode()
+    assert "Cold sale" in scheduled and "Test sale" not in scheduled and "Warm sale" not in scheduled
+    assert "Warm sale" in merchant.get(CHANGELIST, {"sale": "warming"}).content.decode()
+    live = merchant.get(CHANGELIST, {"sale": "live"}).content.decode()
+    assert "Test sale" in live and "Gone sale" in live and "Cold sale" not in live
     found = merchant.get(CHANGELIST, {"q": "Cold"}).content.decode()
     assert "Cold sale" in found and 'field-title"><a href="/admin/seckill/activity/' in found
+
+
+def rows_of(html: str) -> range:
+    return range(len(re.findall(r'<th class="field-title">', html)))
+
+
+@pytest.mark.django_db
+def test_the_change_page_links_to_the_live_view_orders_report_and_site(merchant):
+    activity = make_activity(stock=3)
+    page = merchant.get(f"/admin/seckill/activity/{activity.pk}/change/").content.decode()
+    for url in (
+        f"/admin/seckill/activity/{activity.pk}/live/",
+        f"/admin/orders/order/?activity__id__exact={activity.pk}",
+        f"/admin/orders/reconciliationreport/activity/{activity.pk}/",
+        f"/admin/seckill/activity/{activity.pk}/duplicate/",
+    ):
+        assert f'"{url}"' in page.replace("&amp;", "&"), url
+    assert "View on site" in page
+
+
+@pytest.mark.django_db
+def test_duplicate_makes_a_scheduled_copy_starting_in_the_future(merchant):
+    original = make_activity(stock=6, safety_stock=1, per_user_limit=2)
+    Activity.objects.filter(pk=original.pk).update(rate_per_user="3/s", captcha_required=True)
+    original.refresh_from_db()
+    assert merchant.get(f"/admin/seckill/activity/{original.pk}/duplicate/").status_code == 405
+    response = merchant.post(f"/admin/seckill/activity/{original.pk}/duplicate/")
+    assert response.status_code == 302
+    copy = Activity.objects.exclude(pk=original.pk).get()
+    assert response["Location"] == f"/admin/seckill/activity/{copy.pk}/change/"
+    assert copy.title == "Test sale (copy)" and copy.status == Activity.Status.SCHEDULED
+    assert copy.start_at > timezone.now() + timedelta(minutes=59)
+    assert copy.end_at - copy.start_at == original.end_at - original.start_at
+    assert (copy.total_stock, copy.safety_stock, copy.per_user_limit, copy.seckill_price) == (6, 1, 2, Decimal("0.10"))
+    assert (copy.rate_per_user, copy.captcha_required, copy.purchase_token) == ("3/s", True, None)
+    assert SeckillStock.objects.get(activity=copy).available == 6
+    # The action does the same for several.
+    run_action(merchant, "duplicate", original, copy)
+    assert Activity.objects.count() == 4
+    assert Activity.objects.filter(title="Test sale (copy)").count() == 3  # a copy of a copy keeps one suffix
 
 
 @pytest.mark.django_db
 def test_warm_up_action_loads_total_less_safety_and_refuses_a_live_one(merchant):
     upcoming = make_activity(stock=20, safety_stock=3, started=False, warm=False)
     response = run_action(merchant, "warm_up", upcoming)
-    assert any("warm-up done" in m for m in messages_of(response)), messages_of(response)
+    assert any("stock loaded: 17 units on sale" in m for m in messages_of(response)), messages_of(response)
     assert redis_remaining(upcoming.pk) == 17
     upcoming.refresh_from_db()
     assert upcoming.status == Activity.Status.WARMED
@@ -105,10 +162,11 @@ def test_warm_up_action_loads_total_less_safety_and_refuses_a_live_one(merchant)
     live = make_activity(stock=5)
     stock_redis().set(ActivityKeys(live.pk).stock, 2)
     response = run_action(merchant, "warm_up", live)
-    assert any("warm-up failed" in m and "force" in m for m in messages_of(response)), messages_of(response)
+    assert any("loading the stock failed" in m and "force" in m for m in messages_of(response)), messages_of(response)
     assert redis_remaining(live.pk) == 2
     response = run_action(merchant, "force_rewarm", live)
-    assert any("re-warm done" in m for m in messages_of(response)), messages_of(response)
+    said = messages_of(response)
+    assert any("stock loaded: 5 units on sale" in m for m in said) and not any("{" in m for m in said), said
     assert redis_remaining(live.pk) == 5
 
 
@@ -152,7 +210,7 @@ def test_end_now_and_clean_up_drains_the_log_and_removes_the_keys(merchant, cele
     orders_create_from_reservations(activity_id=activity.pk, entries=reservations_pending(activity_id=activity.pk)[:2])
 
     response = run_action(merchant, "end_and_clean_up", activity)
-    assert any("closing" in m for m in messages_of(response)), messages_of(response)
+    assert any("ended; the last orders" in m for m in messages_of(response)), messages_of(response)
     activity.refresh_from_db()
     assert activity.end_at <= timezone.now()  # selling stopped at once
 
@@ -185,3 +243,84 @@ def test_close_task_run_synchronously_waits_for_the_end_then_cleans_up():
     assert stock_redis().exists(*ActivityKeys(activity.pk).all()) == 0
     assert Activity.objects.get(pk=activity.pk).status == Activity.Status.ENDED
     assert Order.objects.filter(activity=activity, user=user).count() == 1
+
+
+@pytest.mark.django_db
+def test_end_now_on_a_sale_not_started_says_why_and_changes_nothing(merchant):
+    upcoming = make_activity(stock=3, started=False, warm=True)
+    response = run_action(merchant, "end_and_clean_up", upcoming)
+    assert response.status_code == 200
+    said = messages_of(response)
+    assert any("has not started" in m for m in said), said
+    stored = Activity.objects.get(pk=upcoming.pk)
+    assert (stored.start_at, stored.end_at, stored.status) == (upcoming.start_at, upcoming.end_at, upcoming.status)
+
+
+@pytest.mark.django_db
+def test_deleting_a_live_sale_says_why_it_cannot_and_a_scheduled_one_goes(merchant):
+    live = make_activity(stock=3)
+    url = f"/admin/seckill/activity/{live.pk}/delete/"
+    page = merchant.get(url).content.decode()
+    assert "permission" not in page and "cannot be deleted" in page and "on sale now" in page
+    assert merchant.post(url, {"post": "yes"}).status_code == 200  # the same explanation, nothing deleted
+    assert Activity.objects.filter(pk=live.pk).exists()
+    chosen = run_action(merchant, "delete_selected", live).content.decode()
+    assert "permission" not in chosen and "on sale now" in chosen
+
+    later = make_activity(stock=3, started=False, warm=False, title="Later sale")
+    page = merchant.get(f"/admin/seckill/activity/{later.pk}/delete/").content.decode()
+    assert "Are you sure" in page and "permission" not in page
+    assert merchant.post(f"/admin/seckill/activity/{later.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert (
+        not Activity.objects.filter(pk=later.pk).exists() and not SeckillStock.objects.filter(activity=later).exists()
+    )
+
+
+@pytest.mark.django_db
+def test_the_sale_form_speaks_to_merchants_and_the_admin_wears_the_shops_name(merchant):
+    page = merchant.get("/admin/seckill/activity/add/").content.decode()
+    for word in ("SECKILL_", "GATES.md", "Redis", "Seckill price", "Django administration"):
+        assert word not in page, word
+    assert "Sale price" in page and "Flash sale" in page
+    # A live sale's page shows the locked fields read-only, in the same words.
+    live = make_activity(stock=3, safety_stock=1)
+    page = merchant.get(f"/admin/seckill/activity/{live.pk}/change/").content.decode()
+    for word in ("SECKILL_", "Redis", "Seckill price"):
+        assert word not in page, word
+    assert "Sale price" in page and "¥0.10" in page and 'name="seckill_price"' not in page
+
+
+def staff_client(role: str) -> Client:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    user = get_user_model().objects.create_user(f"{role}-x", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name=f"{role}s"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def offered(client: Client) -> list[str]:
+    page = client.get(CHANGELIST).content.decode()
+    select = re.search(r'<select name="action"[^>]*>(.*?)</select>', page, re.S)
+    return [v for v in re.findall(r'<option value="([^"]*)"', select.group(1)) if v] if select else []
+
+
+@pytest.mark.django_db
+def test_each_role_is_offered_only_the_actions_it_may_run(merchant):
+    make_activity(stock=2)
+    everything = ["delete_selected", "warm_up", "force_rewarm", "end_and_clean_up", "publish", "duplicate"]
+    assert offered(merchant) == everything  # a superuser
+    assert offered(staff_client("merchant")) == everything[1:]  # no deleting
+    assert offered(staff_client("reviewer")) == []  # looks only
+
+
+@pytest.mark.django_db
+def test_a_reviewer_cannot_duplicate_and_a_missing_sale_is_404(merchant):
+    activity = make_activity(stock=2)
+    reviewer = staff_client("reviewer")
+    assert reviewer.post(f"/admin/seckill/activity/{activity.pk}/duplicate/").status_code == 403
+    assert "Duplicate sale" not in reviewer.get(f"/admin/seckill/activity/{activity.pk}/change/").content.decode()
+    assert merchant.post("/admin/seckill/activity/999999/duplicate/").status_code == 404
+    assert Activity.objects.count() == 1

@@ -315,7 +315,8 @@ def test_flag_has_no_token_before_the_start_and_one_after():
     assert "no-store" in response["Cache-Control"]
     flag = response.json()
     assert flag["started"] is False and flag["ended"] is False and flag["token"] is None
-    assert set(flag) == {"started", "ended", "token", "server_time", "start_at", "end_at"}
+    # The contract's fields, and (docs/API.md) what is left for the page: remaining, sold_out.
+    assert set(flag) == {"started", "ended", "token", "server_time", "start_at", "end_at", "remaining", "sold_out"}
 
     type(activity).objects.filter(pk=activity.pk).update(start_at=timezone.now() - timedelta(seconds=1))
     flag = client.get(f"/api/activities/{activity.pk}/flag").json()

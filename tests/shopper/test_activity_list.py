@@ -105,3 +105,25 @@ def test_a_listed_page_costs_one_stock_read_per_activity_once_per_cache_lifetime
     for _ in range(5):
         assert client.get(path).status_code == 200
     assert commands.take() <= 5 * 2  # built once: later requests read no stock
+
+
+def test_a_sold_out_sale_says_so_on_the_list_and_is_live_again_when_units_come_back(
+    django_capture_on_commit_callbacks,
+):
+    from orders.services import order_cancel
+    from tests.shopper.test_activity_page import sell
+
+    activity = make_activity(stock=1, title="Last one")
+    orders = sell(activity, 1)
+    card = card_html(activity)
+    assert 'class="badge badge-sold_out"' in card and "sold out" in card and "None left" in card
+    assert "badge-live" not in card and "0 left" not in card
+    with django_capture_on_commit_callbacks(execute=True):  # the units go back to Redis after the commit
+        order_cancel(order=orders[0], reason="shopper")
+    card = card_html(activity)
+    assert "badge-live" in card and "1 left" in card and "sold out" not in card
+
+
+def card_html(activity) -> str:
+    body = Client().get("/").content.decode()
+    return re.search(rf'<li class="card" data-activity="{activity.pk}">.*?</li>', body, re.S).group(0)

@@ -214,3 +214,67 @@ def test_an_old_format_csrf_cookie_does_not_make_the_page_set_a_cookie():
     assert_shared(response)
     assert response.content == Client().get(page_url(activity)).content
     assert "csrftoken" in client.get("/api/me").cookies  # the uncached call fixes it instead
+
+
+def sell(activity, n: int) -> list:
+    """n shoppers each take a unit, and their orders are made (as the drain task does)."""
+    from orders.models import Order
+    from seckill.purchase import purchase_reserve
+    from seckill.replay import reservations_drain
+    from seckill.selectors import activity_snapshot
+
+    buyers = [UserFactory() for _ in range(n)]
+    for buyer in buyers:
+        purchase_reserve(activity=activity_snapshot(activity.pk), user_id=buyer.pk, quantity=1)
+    reservations_drain(activity_id=activity.pk)
+    return list(Order.objects.filter(activity=activity, user__in=buyers))
+
+
+def flags(activity) -> tuple[dict, dict]:
+    """The JSON flag and flag.js's, both read fresh."""
+    as_json = Client().get(f"/api/activities/{activity.pk}/flag").json()
+    script = Client().get(f"/seckill/{activity.pk}/flag.js").content.decode()
+    as_js = json.loads(re.search(r"window\.seckillFlag = (\{.*?\});", script).group(1))
+    return as_json, as_js
+
+
+def test_the_flag_says_what_is_left_and_when_it_is_sold_out_and_when_units_come_back(
+    django_capture_on_commit_callbacks,
+):
+    from orders.services import order_cancel
+
+    activity = make_activity(stock=2)
+    for flag in flags(activity):
+        assert (flag["remaining"], flag["sold_out"]) == (2, False)
+    orders = sell(activity, 2)
+    for flag in flags(activity):
+        assert (flag["remaining"], flag["sold_out"]) == (0, True)
+        assert flag["started"] and not flag["ended"]
+    with django_capture_on_commit_callbacks(execute=True):  # the units go back to Redis after the commit
+        order_cancel(order=orders[0], reason="shopper")
+    for flag in flags(activity):
+        assert (flag["remaining"], flag["sold_out"]) == (1, False)
+
+
+def test_the_flag_of_an_activity_not_warmed_knows_no_figure():
+    activity = make_activity(started=False, warm=False)
+    for flag in flags(activity):
+        assert (flag["remaining"], flag["sold_out"]) == (None, False)
+
+
+def test_the_page_shows_the_shops_local_times(settings):
+    settings.TIME_ZONE = "Asia/Shanghai"
+    start = timezone.now().replace(microsecond=0) + timedelta(hours=1)
+    activity = make_activity(started=False, start_at=start, end_at=start + timedelta(hours=2))
+    body = Client().get(page_url(activity)).content.decode()
+    local = timezone.localtime(start, timezone=__import__("zoneinfo").ZoneInfo("Asia/Shanghai"))
+    assert f'datetime="{local.isoformat()}"' in body
+    assert f">{local:%Y-%m-%d %H:%M:%S} CST<" in body
+
+
+def test_a_prefixed_page_is_left_in_its_language_and_sign_up_keeps_the_way_back():
+    activity = make_activity(started=False)
+    body = Client().get(page_url(activity, "zh-hans")).content.decode()
+    # shop.js follows the browser only from the unprefixed URL: it needs the default language.
+    assert 'data-default-language="en"' in body and 'data-language="zh-hans"' in body
+    assert 'id="account-signup"' in body  # activity.js adds ?next= to it, as to "Log in"

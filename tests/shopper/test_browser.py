@@ -18,9 +18,30 @@ from seckill.purchase import purchase_reserve
 from seckill.replay import reservations_drain
 from seckill.selectors import activity_snapshot, redis_remaining
 from tests.factories import ProductFactory, UserFactory, make_activity
-from tests.helpers import wait_until
+from tests.helpers import start_gunicorn, wait_until
+from tests.orders.addresses import give_address
+from tests.shopper.conftest import manifest_env
 
 pytestmark = pytest.mark.slow
+
+SHOP_ZONE = "Asia/Shanghai"  # the demo shop's, as `make run` sets it: the screenshots show its times
+
+
+@pytest.fixture
+def shop_server(transactional_db, process_logs, collected_static):
+    process, base = start_gunicorn(process_logs, workers=2, threads=8, env=manifest_env(DJANGO_TIME_ZONE=SHOP_ZONE))
+    yield base
+    process.stop()
+
+
+@pytest.fixture
+def browser_context(chromium_browser):
+    context = chromium_browser.new_context(
+        viewport={"width": 1000, "height": 760}, locale="en-US", timezone_id=SHOP_ZONE
+    )
+    yield context
+    context.close()
+
 
 CLOCK_AHEAD_BY_AN_HOUR = """
 (() => {
@@ -65,6 +86,7 @@ def demo_activity(seconds_to_start: float, stock: int = 3):
 
 def logged_in_page(context, shop_server, username: str):
     user = UserFactory(username=username)
+    give_address(user)  # the pay step asks for it first (tests/shopper/test_order_browser.py)
     page = context.new_page()
     page.goto(f"{shop_server}/accounts/login/?next=/orders/")
     page.get_by_label("Username").fill(user.username)
@@ -190,7 +212,9 @@ def test_fingerprinted_assets_are_cached_for_a_year_and_the_page_is_public(shop_
 
 def test_a_chinese_browser_lands_on_the_chinese_page(shop_server, chromium_browser, screenshot_dir):
     activity, _ = demo_activity(seconds_to_start=3600)
-    context = chromium_browser.new_context(viewport={"width": 1000, "height": 760}, locale="zh-CN")
+    context = chromium_browser.new_context(
+        viewport={"width": 1000, "height": 760}, locale="zh-CN", timezone_id=SHOP_ZONE
+    )
     try:
         page = context.new_page()
         page.goto(f"{shop_server}/seckill/{activity.pk}/")

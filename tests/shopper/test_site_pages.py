@@ -1,5 +1,7 @@
 """Accounts, catalog, the sale list, and the language switch."""
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -92,3 +94,69 @@ def test_the_committed_mo_matches_the_po():
         unescape = lambda s: s.replace('\\"', '"').replace("\\\\", "\\")  # noqa: E731
         assert msgstr, f"untranslated: {msgid}"
         assert mo.gettext(unescape(msgid)) == unescape(msgstr), f"django.mo is stale for {msgid!r}: run make messages"
+
+
+def test_the_header_sign_up_and_log_in_links_keep_the_way_back():
+    page = Client().get("/products/?x=1").content.decode()
+    assert 'href="/accounts/signup/?next=/products/%3Fx%3D1"' in page
+    assert 'href="/accounts/login/?next=/products/%3Fx%3D1"' in page
+    # On the log-in page, the way back is the one it was given, not the log-in page.
+    login = Client().get("/accounts/login/?next=/orders/").content.decode()
+    assert 'href="/accounts/signup/?next=/orders/"' in login
+    # An account page given none passes none on (not back to itself, nor to the logged-out page).
+    for path in ("/accounts/login/", "/accounts/signup/"):
+        page = Client().get(path).content.decode()
+        assert 'href="/accounts/login/"' in page and 'href="/accounts/signup/"' in page, path
+
+
+def test_signing_up_from_the_header_link_lands_where_the_shopper_was():
+    response = Client().post(
+        "/accounts/signup/?next=/products/",
+        {"username": "back1", "password1": "a-long-Pass-phrase-9", "password2": "a-long-Pass-phrase-9"},
+    )
+    assert response.status_code == 302 and response["Location"] == "/products/"
+
+
+def test_the_favicon_is_served_to_everyone_and_cacheable():
+    response = Client().get("/favicon.ico")
+    assert response.status_code == 200 and response["Content-Type"] == "image/x-icon"
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    assert body[:4] == b"\x00\x00\x01\x00"  # an ICO file
+    cache_control = response["Cache-Control"]
+    assert "public" in cache_control and "max-age=604800" in cache_control
+    assert not response.cookies and "cookie" not in response.get("Vary", "").lower()
+    assert Client().post("/favicon.ico").status_code == 405
+    page = Client().get("/").content.decode()
+    assert 'rel="icon" href="/static/seckill/favicon.svg"' in page
+
+
+def test_one_language_switch_on_every_page_the_current_language_marked():
+    activity = make_activity(started=False)
+    dynamic = Client(HTTP_ACCEPT_LANGUAGE="zh-CN").get("/").content.decode()
+    cached = Client().get(f"/zh-hans/seckill/{activity.pk}/").content.decode()
+    for page in (dynamic, cached):
+        switch = re.search(r'<nav class="lang".*?</nav>', page, re.S).group(0)
+        assert "<select" not in page and "English" in switch and "简体中文" in switch
+        current = re.findall(r'<(?:a|button)[^>]*aria-current="page"[^>]*>([^<]*)<', switch)
+        assert current == ["简体中文"], current
+
+
+def test_make_runs_shop_is_on_beijing_time_unless_told_otherwise():
+    """`make run` (the local settings): the demo shop sells in yuan, its times are Beijing
+    time; pages show them and the admin reads typed times in it (USE_TZ)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import BASE_DIR
+
+    def zones(**extra: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "DJANGO_TIME_ZONE"}
+        env.update(extra, DJANGO_SETTINGS_MODULE="config.settings.local")
+        code = "from django.conf import settings as s; print(s.TIME_ZONE, s.CELERY_TIMEZONE, s.USE_TZ)"
+        run = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, env=env, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    assert zones() == "Asia/Shanghai Asia/Shanghai True"
+    assert zones(DJANGO_TIME_ZONE="Europe/Paris") == "Europe/Paris Europe/Paris True"
