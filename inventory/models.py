@@ -21,13 +21,17 @@ class SeckillStock(models.Model):
 
     Two shares, each its own conditional counter: ``reserve`` (escrow) is the part of
     ``available`` only the database path sells and Redis never holds; ``available -
-    reserve`` is Redis's share. Both change only in ``inventory.services``.
+    reserve`` is Redis's share. Both change only in ``inventory.services``. Once Redis's
+    share has sold out, what is left of the reserve joins it (``released``), so no unit
+    stays unsold for want of an outage.
     """
 
     activity = models.OneToOneField("seckill.Activity", on_delete=models.CASCADE, related_name="stock")
     total = models.PositiveIntegerField()
     available = models.IntegerField()
     reserve = models.PositiveIntegerField(default=0)
+    # Reserve units handed to Redis's share once that share had sold out (never back).
+    released = models.PositiveIntegerField(default=0)
     version = models.PositiveBigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 

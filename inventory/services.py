@@ -53,6 +53,22 @@ def stock_lock(*, activity_id: int) -> None:
     list(SeckillStock.objects.select_for_update().filter(activity_id=activity_id).values_list("pk", flat=True))
 
 
+def stock_reserve_release(*, activity_id: int) -> int | None:
+    """Hand what is left of the reserve to Redis's share (Redis's share sold out: the
+    reserve would otherwise stay unsold). Returns the units ever released (the figure to
+    bring Redis's ``loaded`` up by), or None when there was nothing to release. A
+    database-path sale at the same moment is ordered by the row lock: it took its unit
+    before, or finds the reserve empty."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {SeckillStock._meta.db_table} SET released = released + reserve, reserve = 0,"
+            " version = version + 1 WHERE activity_id = %s AND reserve > 0 RETURNING released",
+            [activity_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
 # What each share's deduction guards and how it moves the reserve (``%(units)s`` > 0).
 _DEDUCT = {
     Share.REDIS: ("available - reserve >= %(units)s", "reserve"),

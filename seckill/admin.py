@@ -40,7 +40,7 @@ class SeckillStockInline(admin.StackedInline):
     can_delete = False
     verbose_name_plural = "stock and its two shares"
     # A tuple: both attributes take it (a list is typed for one only).
-    readonly_fields = ("total", "available", "redis_share", "reserve", "version", "updated_at")
+    readonly_fields = ("total", "available", "redis_share", "reserve", "released", "version", "updated_at")
     fields = readonly_fields
     extra = 0
 

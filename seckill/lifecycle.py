@@ -173,9 +173,8 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
         # release in between changes it, and the derivation is taken again. (Every step
         # that moves the stock also moves a term of the derivation by as much, so a
         # stock that went away and came back to the same figure is still right.)
-        written = layout.warm(
-            client, picture=picture.redis, remaining=remaining, loaded=activity.redis_loaded_units, epoch=epoch
-        )
+        loaded = activity.redis_loaded_units + db["db_reserve_released"]  # and the reserve Redis was given
+        written = layout.warm(client, picture=picture.redis, remaining=remaining, loaded=loaded, epoch=epoch)
         if written:
             break
 
@@ -208,12 +207,12 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
     if (
         read_stock is None
         or read_loaded is None
-        or int(read_loaded) != activity.redis_loaded_units
+        or int(read_loaded) != loaded
         or (not started and int(read_stock) != expected_stock)
     ):
         raise WarmupError(
             f"read-back mismatch: Redis holds stock={read_stock!r} loaded={read_loaded!r}, "
-            f"expected {expected_stock} and {activity.redis_loaded_units}"
+            f"expected {expected_stock} and {loaded}"
         )
     Activity.objects.filter(pk=activity_id).exclude(status=Activity.Status.ENDED).update(
         status=Activity.Status.WARMED, warmed_at=timezone.now(), redis_identity=stock_identity(client, layout)

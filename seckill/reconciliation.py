@@ -5,6 +5,7 @@ stock loaded into Redis = Redis remaining + reserved-not-ordered + pending + pai
                           (of orders from Redis reservations)
 DB total                = DB available + pending + paid units
 database reserve        = reserve left + pending + paid units of database-path orders
+                          + units released to Redis's share (once it sold out)
 
 Buckets and their actions:
 - reserved_not_ordered (log entries without an order): those older than the replay
@@ -36,6 +37,7 @@ from django.utils import timezone
 
 from core import metrics
 from inventory.models import SeckillStock, StockMovement
+from inventory.services import stock_reserve_release
 from orders.models import DB_PATH_PREFIX, AnomalyOrder, Order, ReconciliationReport
 from orders.services import (
     anomaly_record,
@@ -126,8 +128,9 @@ class Measurement:
 
     @property
     def reserve_drift(self) -> int:
-        """reserve held - (reserve left + live database-path units)."""
-        return self.db["db_reserve"] - self.db["db_reserve_left"] - self.db["units_reserve_live"]
+        """reserve held - (reserve left + live database-path units + released to Redis)."""
+        db = self.db
+        return db["db_reserve"] - db["db_reserve_left"] - db["units_reserve_live"] - db["db_reserve_released"]
 
     @property
     def deductible(self) -> list[dict]:
@@ -199,6 +202,7 @@ def _db_figures(activity_id: int, snapshot: RedisSnapshot) -> dict:
         "db_available": stock.available,
         "db_reserve": activity.reserve_units,
         "db_reserve_left": stock.reserve,
+        "db_reserve_released": stock.released,
         "units_reserve_live": sums["reserve_live"],
         "units_pending": sums["pending"],
         "units_paid": sums["paid"],
@@ -259,6 +263,7 @@ def _act(activity_id: int, m: Measurement, grace: float) -> tuple[dict, int]:
     """The actions of the buckets that can be fixed; returns (actions, anomalies opened)."""
     actions = {"orders_created": 0, "reservations_released": 0, "orders_cancelled": 0}
     actions |= {"orders_returned_to_redis": 0, "orders_deducted": 0, "pending_claims_settled": 0}
+    actions["reserve_units_released"] = _reserve_release(activity_id, m)
     opened = 0
     # S > 1: claims a Redis error left pending (no stock moved; the shopper's "queued").
     actions["pending_claims_settled"] = claims_pending_settle(
@@ -294,6 +299,27 @@ def _act(activity_id: int, m: Measurement, grace: float) -> tuple[dict, int]:
         )
         opened += created
     return actions, opened
+
+
+def _reserve_release(activity_id: int, m: Measurement) -> int:
+    """Redis's share sold out (its stock 0, on a consistent picture) while the database
+    reserve still holds units: they join Redis's share, so they are sold rather than kept
+    for an outage that did not come. The database first (the database path can no longer
+    sell them), then Redis's ``loaded`` and stock by as much (``top_up.lua``, idempotent).
+    If Redis fails in between, Redis counts fewer units than the database (never more)
+    and the next run tops it up. Returns the units added to Redis's stock."""
+    if m.redis.loaded is None:
+        return 0  # not warmed: the warm-up derives the stock with whatever was released
+    released = m.db["db_reserve_released"]
+    if m.consistent and m.redis.stock == 0 and m.db["db_reserve_left"] > 0:
+        released = stock_reserve_release(activity_id=activity_id) or released
+    activity = Activity.objects.only("pk", "total_stock", "safety_stock", "db_reserve", "shards").get(pk=activity_id)
+    expected = activity.redis_loaded_units + released
+    if m.redis.loaded >= expected:
+        return 0
+    added = StockLayout(activity_id, activity.shards).top_up(stock_redis(), loaded=expected)
+    logger.info("activity %s: Redis's share sold out; %s reserve units joined it", activity_id, max(added, 0))
+    return max(added, 0)
 
 
 def _drift_anomalies(activity_id: int, m: Measurement) -> int:
@@ -390,6 +416,7 @@ def _reconcile(activity_id: int, *, dry_run: bool, final: bool) -> dict:
         # database reserve only the database path sells.
         "db_reserve": end.db["db_reserve"],
         "db_reserve_left": end.db["db_reserve_left"],
+        "db_reserve_released": end.db["db_reserve_released"],
         "units_reserve_live": end.db["units_reserve_live"],
         "redis_drift": redis_drift,
         "db_drift": end.db_drift,

@@ -40,6 +40,7 @@ from .scripts import (
     run_shard_release,
     run_shard_return,
     run_snapshot,
+    run_top_up,
     run_warmup,
     warmup_shares,
 )
@@ -266,6 +267,19 @@ class StockLayout:
                 client.hset(target.users, mapping=chunk)  # type: ignore[arg-type]  # int keys are fine for Redis
                 if self.sharded:
                     client.zrem(target.pending, *chunk)
+
+    def top_up(self, client: StockRedis, *, loaded: int) -> int:
+        """Bring the activity's ``loaded`` up to ``loaded``, the units added joining the
+        stock (of shard 0 when S > 1: any shard may hold them). Returns the units added,
+        -1 when not warmed. The caller serialises top-ups (two could read the same sum)."""
+        _, current = self.totals(client)
+        if current is None:
+            return -1
+        if loaded <= current:
+            return 0
+        first = self.shard_keys[0]
+        shard_loaded = int(client.get(first.loaded) or 0)
+        return run_top_up(client, first, loaded=shard_loaded + loaded - current)
 
     def records_add(self, client: StockRedis, records: Mapping[int, str]) -> int:
         """Write each shopper's record unless they hold one already (HSETNX); returns how

@@ -33,6 +33,7 @@ CLAIM_SETTLE = _load("claim_settle")
 SHARD_PURCHASE = _load("shard_purchase")
 SHARD_RELEASE = _load("shard_release")
 SHARD_RETURN = _load("shard_return")
+TOP_UP = _load("top_up")
 
 # Sharded stock: shards tried per purchase before "sold out" (a random one, then two more).
 SHARD_TRIES = 3
@@ -238,6 +239,13 @@ def run_warmup(
         args: list[str | int] = [remaining, loaded, "" if expected is None else str(expected), log_length, epoch]
         written = WARMUP(keys=[keys.stock, keys.loaded, keys.log, keys.epoch], args=args, client=client)
     return bool(_refused("warmup", written, args))
+
+
+def run_top_up(client: StockRedis, keys: ActivityKeys, *, loaded: int) -> int:
+    """Add to a warmed shard's stock what its ``loaded`` lacks of ``loaded``; returns the
+    units added (-1: not warmed)."""
+    with script_timer("top_up"):
+        return int(TOP_UP(keys=[keys.stock, keys.loaded], args=[loaded], client=client))
 
 
 def run_freeze(client: StockRedis, keys: ActivityKeys, *, expected: int | None, log_length: int) -> bool:

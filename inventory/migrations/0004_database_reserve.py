@@ -15,6 +15,11 @@ class Migration(migrations.Migration):
             name="reserve",
             field=models.PositiveIntegerField(default=0),
         ),
+        migrations.AddField(
+            model_name="seckillstock",
+            name="released",
+            field=models.PositiveIntegerField(default=0),
+        ),
         migrations.AddConstraint(
             model_name="seckillstock",
             constraint=models.CheckConstraint(
