@@ -52,6 +52,7 @@ def activity_new(
         total_stock=stock,
         per_user_limit=per_user_limit,
         shards=shards,
+        db_reserve=0,  # every unit through Redis: the path measured
     )
     if gates:
         Activity.objects.filter(pk=activity.pk).update(**gates)

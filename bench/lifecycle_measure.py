@@ -52,6 +52,7 @@ def main() -> None:
         end_at=now + timedelta(hours=1),
         total_stock=n,
         pay_timeout=1,
+        db_reserve=0,  # every unit through Redis: the path measured
     )
     activity_warmup(activity_id=activity.pk)
     User = get_user_model()

@@ -11,7 +11,7 @@ from uuid import uuid4
 from django.db import transaction
 
 from core.errors import ApiError
-from inventory.services import InsufficientStock, stock_deduct
+from inventory.services import InsufficientStock, Share, stock_deduct
 from orders.services import NewOrder, _insert_orders
 from seckill.selectors import ActivitySnapshot
 from stock.scripts import LogEntry
@@ -28,7 +28,7 @@ def naive_purchase(*, activity: ActivitySnapshot, user_id: int, quantity: int) -
             inserted = _insert_orders(activity_id=activity.id, entries=[entry])
             if not inserted:
                 raise ApiError(409, "duplicate", "You have already taken part in this sale.")
-            stock_deduct(activity_id=activity.id, orders=inserted)
+            stock_deduct(activity_id=activity.id, orders=inserted, share=Share.REDIS)  # the whole stock: no reserve
     except InsufficientStock as exc:
         raise ApiError(410, "sold_out", "Sold out.") from exc
     return inserted[0]

@@ -20,7 +20,7 @@ from stock.reservations import reservations_pending
 from stock.scripts import run_purchase
 from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
-from ..factories import make_activity, make_users
+from ..factories import ProductFactory, make_activity, make_users
 from ..helpers import free_port
 
 
@@ -142,8 +142,10 @@ def test_shoppers_and_strangers_cannot_watch_and_a_missing_sale_is_404(merchant)
 def test_in_chromium_the_list_fits_1280px_and_the_live_view_refreshes_by_itself(shop_server, chromium_browser):  # noqa: F811
     from playwright.sync_api import expect
 
-    activity = make_activity(stock=6, title="A sale with a long enough title to fill its column")
-    make_activity(stock=3, started=False, warm=False, title="Later sale")
+    # Fixed names: the factory's numbered product names grow over a long test run.
+    product = ProductFactory(name="Demo phone with a long product name 256GB")
+    activity = make_activity(stock=6, title="A sale with a long enough title to fill its column", product=product)
+    make_activity(stock=3, started=False, warm=False, title="Later sale", product=product)
     buy(activity, make_users(1))
     get_user_model().objects.create_superuser("boss", "boss@example.com", "pw-boss-1234")
     context = chromium_browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
