@@ -4,6 +4,8 @@ Settings only read the environment. `make run` and `make manage` start the embed
 PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset, and pass their URLs on.
 """
 
+from typing import cast
+
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
@@ -26,4 +28,4 @@ TIME_ZONE = env("DJANGO_TIME_ZONE", default="Asia/Shanghai")
 CELERY_TIMEZONE = TIME_ZONE
 # make run's output is what happens: django-axes's four INFO lines per login (clean-ups of
 # nothing, resets of nothing) are not; its warnings (lock-outs) are.
-LOGGING = {**LOGGING, "loggers": {**LOGGING["loggers"], "axes": {"level": "WARNING"}}}
+LOGGING = {**LOGGING, "loggers": {**cast(dict, LOGGING["loggers"]), "axes": {"level": "WARNING"}}}
