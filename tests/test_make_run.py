@@ -395,7 +395,9 @@ def run_install(tmp_path: Path, *, fail: bool) -> subprocess.CompletedProcess:
     (bin_dir / "python").symlink_to(sys.executable)
     (bin_dir / "pip").write_text(FAKE_PIP)
     (bin_dir / "pip").chmod(0o755)
-    env = {**os.environ, "FAIL": "1" if fail else "0"}
+    # Not a sub-make of `make test`: MAKELEVEL and MAKEFLAGS would add "Entering directory" lines.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    env["FAIL"] = "1" if fail else "0"
     return subprocess.run(["make", "install"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
 
 
