@@ -5,7 +5,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -618,12 +618,65 @@ def _anomaly_log(*, anomaly: AnomalyOrder, action: str, by, note: str, result: s
     return locked
 
 
+def anomaly_log(*, anomaly: AnomalyOrder, action: str, by, note: str, result: str) -> AnomalyOrder:
+    """Record a staff action in the anomaly's history (for actions living above orders)."""
+    return _anomaly_log(anomaly=anomaly, action=action, by=by, note=note, result=result, resolve=False)
+
+
+# The actions that fit each kind, resolve last. "rederive" is seckill's (the warm-up):
+# it is registered at start-up, since orders may not import seckill.
+ANOMALY_KIND_ACTIONS: dict[str, tuple[str, ...]] = {
+    AnomalyOrder.Kind.DB_GUARD_FAILED: ("recreate", "resolve"),
+    AnomalyOrder.Kind.DUPLICATE_RESERVATION: ("resolve",),
+    AnomalyOrder.Kind.REPLAY_EXHAUSTED: ("recreate", "return", "resolve"),
+    AnomalyOrder.Kind.PAID_NOT_DEDUCTED: ("resolve",),
+    AnomalyOrder.Kind.ORDER_NOT_DEDUCTED: ("return", "resolve"),
+    AnomalyOrder.Kind.DRIFT: ("rederive", "resolve"),
+}
+_ANOMALY_REPAIRS: dict[str, Callable] = {}
+# Measures a drift anomaly's activity now: (Redis drift or None, in words), or None.
+_DRIFT_PROBE: list[Callable[[int], str | None]] = []
+
+
+def anomaly_repair_register(*, action: str, service: Callable, drift_probe: Callable[[int], str | None]) -> None:
+    _ANOMALY_REPAIRS[action] = service
+    _DRIFT_PROBE[:] = [drift_probe]
+
+
+def anomaly_actions(*, anomaly: AnomalyOrder) -> tuple[str, ...]:
+    """The actions offered (and allowed) on this anomaly: those of its kind, while open."""
+    if anomaly.status != AnomalyOrder.Status.OPEN:
+        return ()
+    fits = ANOMALY_KIND_ACTIONS.get(anomaly.kind, ("resolve",))
+    return tuple(a for a in fits if a in ("resolve", "recreate", "return") or a in _ANOMALY_REPAIRS)
+
+
+def anomaly_act(*, anomaly: AnomalyOrder, action: str, by, note: str = ""):
+    """Run one of the actions that fit the anomaly's kind; any other is refused."""
+    if action not in anomaly_actions(anomaly=anomaly):
+        raise AnomalyActionError(f"“{action}” does not apply to this anomaly")
+    services: dict[str, Callable] = {
+        "resolve": anomaly_resolve,
+        "recreate": anomaly_order_recreate,
+        "return": anomaly_stock_return,
+        **_ANOMALY_REPAIRS,
+    }
+    return services[action](anomaly=anomaly, by=by, note=note)
+
+
 def anomaly_resolve(*, anomaly: AnomalyOrder, by, note: str) -> AnomalyOrder:
-    """Close an anomaly with a note saying what was done about it."""
+    """Close an anomaly with a note saying what was done about it. A drift anomaly is
+    measured again first: resolving it while the drift remains is allowed (staff may
+    know why), but the history says the drift was still there."""
     note = (note or "").strip()
     if not note:
         raise AnomalyActionError("a note is required to resolve an anomaly")
-    return _anomaly_log(anomaly=anomaly, action="resolve", by=by, note=note, result="resolved", resolve=True)
+    result = "resolved"
+    if anomaly.kind == AnomalyOrder.Kind.DRIFT and _DRIFT_PROBE:
+        remaining = _DRIFT_PROBE[0](anomaly.activity_id)
+        if remaining:
+            result = f"resolved with the drift still measured: {remaining}"
+    return _anomaly_log(anomaly=anomaly, action="resolve", by=by, note=note, result=result, resolve=True)
 
 
 def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Order:

@@ -12,10 +12,14 @@ class SeckillConfig(AppConfig):
         from core.safety import deploy_safety_check
         from stock.layout import shards_lookup_register
 
-        from . import authentication  # noqa: F401 - connects the shared token cache's signals
+        from . import (
+            anomalies,
+            authentication,  # noqa: F401 - connects the shared token cache's signals
+        )
         from .selectors import activity_shards
 
         shards_lookup_register(activity_shards)
+        anomalies.register()  # the drift re-derive, for orders' anomaly actions
         checks.register(rates_check)
         checks.register(deploy_safety_check)
 
