@@ -14,10 +14,10 @@ from django.utils.safestring import mark_safe
 from inventory.admin import ReadOnlyAdmin
 from seckill.models import Activity
 
-from .charts import activity_charts
+from .charts import ACTION_WORDS, BUCKET_WORDS, activity_charts, html_table, identity_rows, report_in_words
 from .models import AnomalyOrder, Order, ReconciliationReport, address_lines
 from .selectors import activity_report_data, anomaly_evidence, orders_fulfilment_rows
-from .services import AnomalyActionError, anomaly_act, anomaly_actions
+from .services import AnomalyActionError, anomaly_order_recreate, anomaly_resolve, anomaly_stock_return
 
 
 @admin.register(Order)
@@ -105,32 +105,17 @@ def _table(rows) -> str:
     )
 
 
-# action: (button, what it does, message when done); offered per kind by anomaly_actions.
 ANOMALY_ACTIONS = {
-    "rederive": (
-        "Derive the stock again",
-        "loads the sale's stock into Redis again from the database, then reconciles; "
-        "the history shows the remaining units before and after",
-        "stock derived again",
-    ),
-    "recreate": (
-        "Re-create the order",
-        "reserves a unit for the shopper again and makes the order",
-        "order re-created",
-    ),
-    "return": (
-        "Return the stock",
-        "cancels the anomaly's pending order or releases its reservation",
-        "stock returned",
-    ),
-    "resolve": ("Resolve with note", "closes the anomaly and needs a note", "resolved"),
+    "resolve": (anomaly_resolve, "resolved"),
+    "recreate": (anomaly_order_recreate, "order re-created"),
+    "return": (anomaly_stock_return, "stock returned"),
 }
 
 
 @admin.register(AnomalyOrder)
 class AnomalyOrderAdmin(admin.ModelAdmin):
-    """Read-only evidence; staff act through the buttons that fit the anomaly's kind,
-    each a service that records who did what and when (the history)."""
+    """Read-only evidence; staff act through three buttons, each a service that records
+    who did what and when (the history)."""
 
     list_display = ["id", "kind", "activity", "user", "order", "status", "created_at", "resolved_by"]
     list_filter = ["status", "kind", "activity"]
@@ -233,12 +218,11 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, object_id)
-        offered = []
-        if obj is not None and self.has_change_permission(request, obj):
-            offered = [(a, *ANOMALY_ACTIONS[a][:2]) for a in anomaly_actions(anomaly=obj)]
+        can_act = (
+            obj is not None and self.has_change_permission(request, obj) and obj.status == AnomalyOrder.Status.OPEN
+        )
         extra = {
-            "can_act": bool(offered),
-            "anomaly_actions": offered,
+            "can_act": can_act,
             "show_save": False,
             "show_save_and_continue": False,
             "show_save_and_add_another": False,
@@ -252,34 +236,74 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
         anomaly = get_object_or_404(AnomalyOrder, pk=object_id)
         if not self.has_change_permission(request, anomaly) or action not in ANOMALY_ACTIONS:
             raise PermissionDenied
+        service, done = ANOMALY_ACTIONS[action]
         try:
-            anomaly_act(anomaly=anomaly, action=action, by=request.user, note=request.POST.get("note", ""))
+            result = service(anomaly=anomaly, by=request.user, note=request.POST.get("note", ""))
         except AnomalyActionError as exc:
             self.message_user(request, f"Not done: {exc}", messages.ERROR)
         else:
-            anomaly.refresh_from_db()
-            result = anomaly.history[-1]["result"] if anomaly.history else ""
-            self.message_user(
-                request, f"Anomaly #{anomaly.pk}: {ANOMALY_ACTIONS[action][2]} ({result}).", messages.SUCCESS
-            )
+            self.message_user(request, f"Anomaly #{anomaly.pk}: {done} ({result}).", messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:orders_anomalyorder_change", args=[anomaly.pk]))
 
 
 @admin.register(ReconciliationReport)
 class ReconciliationReportAdmin(ReadOnlyAdmin):
-    """Every reconciliation run, read-only; plus the report page of an activity."""
+    """The reconciliation runs that found, did or opened something (and each final run),
+    read-only, problems first; plus the report page of an activity."""
 
-    list_display = ["created_at", "activity", "identity_ok", "final", "actions_taken", "anomalies_opened", "page"]
+    list_display = ["created_at", "activity", "identities", "stage", "actions_taken", "anomalies_opened", "page"]
     list_filter = ["identity_ok", "final", "activity"]
     list_select_related = ["activity"]
     date_hierarchy = "created_at"
+    # Problems first: an identity that does not hold, then anomalies opened, then newest.
+    ordering = ["identity_ok", "-anomalies_opened", "-created_at", "-id"]
     # A tuple: both attributes take it (a list is typed for one only).
-    fields = ("activity", "created_at", "identity_ok", "final", "actions_taken", "anomalies_opened", "report_pretty")
+    fields = (
+        "activity",
+        "created_at",
+        "stage",
+        "outcome",
+        "identity_table",
+        "bucket_table",
+        "action_table",
+    )
     readonly_fields = fields
 
-    @admin.display(description="report")
-    def report_pretty(self, obj):
-        return format_html("<pre>{}</pre>", json.dumps(obj.report, indent=2, default=str))
+    class Media:
+        css = {"all": ["orders/report.css"]}
+
+    @admin.display(description="identities", ordering="identity_ok")
+    def identities(self, obj):
+        if obj.identity_ok:
+            return "hold"
+        return format_html('<strong class="errornote-inline">{}</strong>', "do not hold")
+
+    @admin.display(description="run", ordering="final")
+    def stage(self, obj):
+        return "final check" if obj.final else "during the sale"
+
+    @admin.display(description="in words")
+    def outcome(self, obj):
+        return report_in_words(obj.report)
+
+    @admin.display(description="identities (units)")
+    def identity_table(self, obj):
+        return html_table(("identity", "figures", "drift"), identity_rows(obj.report))
+
+    @admin.display(description="found")
+    def bucket_table(self, obj):
+        report = obj.report
+        found = report.get("found", {})
+        rows = [
+            (BUCKET_WORDS.get(name, name), count, ", ".join(str(i) for i in found.get(name, [])) or "–")
+            for name, count in report.get("buckets", {}).items()
+        ]
+        return html_table(("what", "how many", "examples"), rows)
+
+    @admin.display(description="done")
+    def action_table(self, obj):
+        rows = [(ACTION_WORDS.get(name, name), count) for name, count in obj.report.get("actions", {}).items()]
+        return html_table(("action", "how many"), rows) if rows else "nothing (a check only)"
 
     @admin.display(description="activity report page")
     def page(self, obj):
@@ -310,6 +334,7 @@ class ReconciliationReportAdmin(ReadOnlyAdmin):
             "title": f"Report: {activity}",
             "activity": activity,
             "figures": data["figures"],
+            "summary": data["summary"],
             "charts": activity_charts(data),
             "opts": self.model._meta,
             "can_see_reports": self.has_view_permission(request),

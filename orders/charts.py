@@ -1,9 +1,12 @@
-"""The charts of the admin report page, drawn by pygal as SVG images (data: URIs): an image's own
-styles need no inline style in the page, which its Content Security Policy forbids."""
+"""The admin report pages: charts drawn by pygal as SVG images (data: URIs: an image's own
+styles need no inline style in the page, which its Content Security Policy forbids), and a
+stored reconciliation report in words and tables for a reviewer."""
 
 import base64
+from collections.abc import Iterable, Sequence
 
 import pygal
+from django.utils.html import format_html, format_html_join
 from pygal.style import CleanStyle
 
 
@@ -43,3 +46,81 @@ def activity_charts(data: dict) -> dict[str, str]:
             {"Redis": data["redis_drift"], "database": data["db_drift"]},
         ),
     }
+
+
+BUCKET_WORDS = {
+    "reserved_not_ordered": "reservations without an order",
+    "pending_past_deadline": "unpaid orders past their deadline",
+    "cancelled_not_returned": "cancelled orders whose units were not back in Redis",
+    "not_deducted": "orders without a database deduction",
+    "paid_not_deducted": "paid orders without a database deduction",
+    "unexplained_drift": "drift with no known cause",
+}
+ACTION_WORDS = {
+    "orders_created": "orders created from reservations",
+    "reservations_released": "reservations given up (stock returned)",
+    "orders_cancelled": "overdue orders cancelled",
+    "orders_returned_to_redis": "cancelled orders' units returned to Redis",
+    "orders_deducted": "orders deducted from the database stock",
+    "pending_claims_settled": "pending stock claims settled",
+    "reserve_units_released": "database reserve units released to Redis",
+}
+
+
+def _n(value) -> str:
+    return "–" if value is None else str(value)
+
+
+def _drift(value) -> str:
+    if value is None:
+        return "not measured"
+    return "none" if value == 0 else f"{value:+d}"
+
+
+def identity_rows(report: dict) -> list[tuple[str, str, str]]:
+    """The three identities of a report with their figures (seckill.reconciliation)."""
+    r = report.get
+    return [
+        (
+            "Redis: loaded = remaining + reserved + pending + paid",
+            f"{_n(r('redis_loaded'))} loaded; {_n(r('redis_remaining'))} remaining, "
+            f"{_n(r('reserved_not_ordered'))} reserved without an order, "
+            f"{_n(r('units_pending'))} pending, {_n(r('units_paid'))} paid",
+            _drift(r("redis_drift")),
+        ),
+        (
+            "Database: total = available + pending + paid",
+            f"{_n(r('db_total'))} total; {_n(r('db_available'))} available, "
+            f"{_n(r('units_cancelled'))} cancelled (back in stock)",
+            _drift(r("db_drift")),
+        ),
+        (
+            "Database reserve: reserve = left + sold by the database + released",
+            f"{_n(r('db_reserve'))} reserve; {_n(r('db_reserve_left'))} left, "
+            f"{_n(r('units_reserve_live'))} in live database-path orders, "
+            f"{_n(r('db_reserve_released'))} released to Redis",
+            _drift(r("reserve_drift")),
+        ),
+    ]
+
+
+def report_in_words(report: dict) -> str:
+    """One or two sentences a reviewer reads first."""
+    found = sum(report.get("buckets", {}).values())
+    done = sum(report.get("actions", {}).values())
+    opened = report.get("anomalies_opened", 0)
+    parts = ["The stock identities hold." if report.get("identity_ok") else "A stock identity does not hold."]
+    parts.append(f"{found} item(s) found, {done} repaired, {opened} anomaly(ies) opened.")
+    if report.get("final"):
+        parts.append("This is the final check, made when the sale was closed.")
+    return " ".join(parts)
+
+
+def html_table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
+    return format_html(
+        '<table class="report-table"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>',
+        format_html_join("", "<th>{}</th>", ((h,) for h in headers)),
+        format_html_join(
+            "", "<tr>{}</tr>", ((format_html_join("", "<td>{}</td>", ((_n(c),) for c in row)),) for row in rows)
+        ),
+    )

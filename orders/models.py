@@ -274,6 +274,25 @@ class ReconciliationReport(models.Model):
         return f"reconciliation of activity {self.activity_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"
 
 
+class ReconciliationSummary(models.Model):
+    """The latest run of each activity's reconciliation: a quiet run (nothing found, done or
+    opened) stores no report, only this row."""
+
+    activity = models.OneToOneField("seckill.Activity", on_delete=models.CASCADE, related_name="reconciliation_summary")
+    last_checked_at = models.DateTimeField()
+    last_identity_ok = models.BooleanField()
+    runs = models.PositiveIntegerField(default=0, help_text=_("every run, quiet or not"))
+    quiet_runs_since_report = models.PositiveIntegerField(default=0)
+    last_report = models.ForeignKey(
+        ReconciliationReport, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The latest run's report (the dict reconcile returns): the figures of a quiet run.
+    latest = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return f"reconciliation summary of activity {self.activity_id}"
+
+
 class Payment(BasePayment):
     """One attempt to pay an order through a provider (django-payments' model: ``variant``
     is the provider, ``token`` the reference, ``status`` waiting / confirmed / rejected /

@@ -38,7 +38,7 @@ from django.utils import timezone
 from core import metrics
 from inventory.models import SeckillStock, StockMovement
 from inventory.services import stock_reserve_release
-from orders.models import DB_PATH_PREFIX, AnomalyOrder, Order, ReconciliationReport
+from orders.models import DB_PATH_PREFIX, AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary
 from orders.services import (
     anomaly_record,
     order_deduction_repair,
@@ -430,15 +430,47 @@ def _reconcile(activity_id: int, *, dry_run: bool, final: bool) -> dict:
     }
     _observe(activity_id, report)
     if not dry_run:
-        ReconciliationReport.objects.create(
-            activity_id=activity_id,
-            identity_ok=identity_ok,
-            final=final,
-            anomalies_opened=opened,
-            actions_taken=sum(actions.values()),
-            report=report,
-        )
+        _store(activity_id, report, final=final, actions_taken=sum(actions.values()))
     return report
+
+
+def _store(activity_id: int, report: dict, *, final: bool, actions_taken: int) -> None:
+    """A report row only when the run found, did or opened something (or closes the
+    activity); every run updates the activity's summary. Beat runs every few seconds: a
+    row per quiet run would bury the ones staff must read."""
+    notable = (
+        final
+        or not report["identity_ok"]
+        or actions_taken > 0
+        or report["anomalies_opened"] > 0
+        or any(report["buckets"].values())
+    )
+    now = timezone.now()
+    with transaction.atomic():
+        stored = None
+        if notable:
+            stored = ReconciliationReport.objects.create(
+                activity_id=activity_id,
+                identity_ok=report["identity_ok"],
+                final=final,
+                anomalies_opened=report["anomalies_opened"],
+                actions_taken=actions_taken,
+                report=report,
+            )
+        summary, _ = ReconciliationSummary.objects.select_for_update().get_or_create(
+            activity_id=activity_id,
+            defaults={"last_checked_at": now, "last_identity_ok": report["identity_ok"], "latest": report},
+        )
+        summary.last_checked_at = now
+        summary.last_identity_ok = report["identity_ok"]
+        summary.runs += 1
+        summary.latest = report
+        if stored is not None:
+            summary.last_report = stored
+            summary.quiet_runs_since_report = 0
+        else:
+            summary.quiet_runs_since_report += 1
+        summary.save()
 
 
 def _observe(activity_id: int, report: dict) -> None:

@@ -12,7 +12,7 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from inventory.models import SeckillStock, StockMovement
-from orders.models import AnomalyOrder, Order, ReconciliationReport
+from orders.models import AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary
 from orders.services import _insert_orders, order_cancel, order_pay
 from seckill.lifecycle import activity_close, activity_stop_selling
 from seckill.models import Activity
@@ -184,6 +184,8 @@ def test_close_runs_the_final_reconciliation_then_removes_every_key(settings):
     result = activity_close(activity_id=activity.pk)
     assert result["reconciliation"]["final"] and result["reconciliation"]["identity_ok"]
     assert ReconciliationReport.objects.filter(activity=activity, final=True).count() == 1
+    final = ReconciliationReport.objects.get(activity=activity, final=True)
+    assert ReconciliationSummary.objects.get(activity=activity).last_report == final
     assert client.keys(f"*{keys.tag}*") == []
     assert Activity.objects.get(pk=activity.pk).status == Activity.Status.ENDED
     assert redis_remaining(other.pk) == 3, "another activity's keys are untouched"
@@ -222,4 +224,39 @@ def test_the_beat_task_reconciles_live_activities_only():
     live = make_activity(stock=5)
     make_activity(stock=5, started=False)  # not live yet: not reconciled
     assert reconcile_live_task() == {live.pk: True}
-    assert ReconciliationReport.objects.get().activity_id == live.pk
+    # Nothing to find on a quiet sale: the summary says it was checked, no report row.
+    assert not ReconciliationReport.objects.exists()
+    assert ReconciliationSummary.objects.get().activity_id == live.pk
+
+
+def test_quiet_runs_store_no_report_but_keep_the_summary_up_to_date(settings):
+    settings.SECKILL_REPLAY_GRACE = 0
+    activity = make_activity(stock=5)
+    for _ in range(3):
+        assert reconcile(activity_id=activity.pk)["identity_ok"]
+    assert reports(activity) == 0
+    summary = ReconciliationSummary.objects.get(activity=activity)
+    assert (summary.runs, summary.quiet_runs_since_report, summary.last_identity_ok) == (3, 3, True)
+    assert summary.last_report is None
+    checked = summary.last_checked_at
+
+    # A reservation without an order: the run creates it and stores a report.
+    (user,) = make_users(1)
+    reserve(activity, user)
+    repaired = reconcile(activity_id=activity.pk)
+    assert repaired["actions"]["orders_created"] == 1
+    stored = ReconciliationReport.objects.get(activity=activity)
+    assert stored.actions_taken == 1 and stored.report == json.loads(json.dumps(repaired))
+    summary.refresh_from_db()
+    assert summary.last_report == stored and summary.quiet_runs_since_report == 0 and summary.runs == 4
+    assert summary.last_checked_at > checked
+
+    # Quiet again: still one report, the summary counts the quiet run.
+    reconcile(activity_id=activity.pk)
+    assert reports(activity) == 1
+    summary.refresh_from_db()
+    assert (summary.runs, summary.quiet_runs_since_report) == (5, 1)
+    # A dry run stores and counts nothing.
+    reconcile(activity_id=activity.pk, dry_run=True)
+    summary.refresh_from_db()
+    assert reports(activity) == 1 and summary.runs == 5

@@ -1,0 +1,79 @@
+"""The reconciliation reports as a reviewer reads them: problems first, the run in words,
+a report's detail in tables (no raw JSON), and the per-sale summary on the report page."""
+
+from importlib import import_module
+
+import pytest
+from django.apps import apps
+from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import reverse
+
+from orders.models import ReconciliationReport
+from seckill.reconciliation import reconcile
+
+from ..factories import UserFactory, make_activity, make_users
+from ..lifecycle.helpers import reserve
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def reviewer():
+    import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
+    user = UserFactory(username="reviewer", is_staff=True)
+    user.groups.add(Group.objects.get(name="reviewers"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _report(activity, *, identity_ok=True, opened=0, final=False, **extra) -> ReconciliationReport:
+    report = {"identity_ok": identity_ok, "anomalies_opened": opened, "final": final, **extra}
+    return ReconciliationReport.objects.create(
+        activity=activity, identity_ok=identity_ok, final=final, anomalies_opened=opened, report=report
+    )
+
+
+def test_the_list_shows_problems_first_and_the_run_in_words(reviewer):
+    activity = make_activity(stock=5)
+    healthy = _report(activity)
+    opened = _report(activity, opened=1)
+    drift = _report(activity, identity_ok=False)
+    final = _report(activity, final=True)
+    response = reviewer.get(reverse("admin:orders_reconciliationreport_changelist"))
+    assert response.status_code == 200
+    listed = [r.pk for r in response.context["cl"].result_list]
+    assert listed == [drift.pk, opened.pk, final.pk, healthy.pk]
+    page = response.content.decode()
+    assert "during the sale" in page and "final check" in page and "do not hold" in page
+    assert "icon-no.svg" not in page, "no red cross for a run made during the sale"
+
+
+def test_a_report_detail_reads_in_words_and_tables(reviewer, settings):
+    settings.SECKILL_REPLAY_GRACE = 0
+    activity = make_activity(stock=5)
+    (user,) = make_users(1)
+    reserve(activity, user)
+    reconcile(activity_id=activity.pk)  # creates the order: a stored report
+    stored = ReconciliationReport.objects.get(activity=activity)
+    response = reviewer.get(reverse("admin:orders_reconciliationreport_change", args=[stored.pk]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "The stock identities hold." in page and "1 item(s) found, 1 repaired" in page
+    assert "reservations without an order" in page and "orders created from reservations" in page
+    assert "Database reserve: reserve = left + sold by the database + released" in page
+    assert "released to Redis" in page and "in live database-path orders" in page
+    assert "<pre>" not in page and '"identity_ok"' not in page, "no raw JSON"
+
+
+def test_the_report_page_shows_the_summary_of_quiet_checks(reviewer):
+    activity = make_activity(stock=5)
+    reconcile(activity_id=activity.pk)
+    reconcile(activity_id=activity.pk)
+    response = reviewer.get(reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "quiet checks since the last report" in page and "none: every check was quiet" in page
+    assert response.context["summary"].runs == 2
+    assert response.context["figures"]["Redis remaining (last report)"] == 5
