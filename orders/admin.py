@@ -17,7 +17,7 @@ from seckill.models import Activity
 from .charts import ACTION_WORDS, BUCKET_WORDS, activity_charts, html_table, identity_rows, report_in_words
 from .models import AnomalyOrder, Order, ReconciliationReport, address_lines
 from .selectors import activity_report_data, anomaly_evidence, orders_fulfilment_rows
-from .services import AnomalyActionError, anomaly_order_recreate, anomaly_resolve, anomaly_stock_return
+from .services import AnomalyActionError, anomaly_act, anomaly_actions
 
 
 @admin.register(Order)
@@ -105,17 +105,32 @@ def _table(rows) -> str:
     )
 
 
+# action: (button, what it does, message when done); offered per kind by anomaly_actions.
 ANOMALY_ACTIONS = {
-    "resolve": (anomaly_resolve, "resolved"),
-    "recreate": (anomaly_order_recreate, "order re-created"),
-    "return": (anomaly_stock_return, "stock returned"),
+    "rederive": (
+        "Derive the stock again",
+        "loads the sale's stock into Redis again from the database, then reconciles; "
+        "the history shows the remaining units before and after",
+        "stock derived again",
+    ),
+    "recreate": (
+        "Re-create the order",
+        "reserves a unit for the shopper again and makes the order",
+        "order re-created",
+    ),
+    "return": (
+        "Return the stock",
+        "cancels the anomaly's pending order or releases its reservation",
+        "stock returned",
+    ),
+    "resolve": ("Resolve with note", "closes the anomaly and needs a note", "resolved"),
 }
 
 
 @admin.register(AnomalyOrder)
 class AnomalyOrderAdmin(admin.ModelAdmin):
-    """Read-only evidence; staff act through three buttons, each a service that records
-    who did what and when (the history)."""
+    """Read-only evidence; staff act through the buttons that fit the anomaly's kind,
+    each a service that records who did what and when (the history)."""
 
     list_display = ["id", "kind", "activity", "user", "order", "status", "created_at", "resolved_by"]
     list_filter = ["status", "kind", "activity"]
@@ -218,11 +233,12 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, object_id)
-        can_act = (
-            obj is not None and self.has_change_permission(request, obj) and obj.status == AnomalyOrder.Status.OPEN
-        )
+        offered = []
+        if obj is not None and self.has_change_permission(request, obj):
+            offered = [(a, *ANOMALY_ACTIONS[a][:2]) for a in anomaly_actions(anomaly=obj)]
         extra = {
-            "can_act": can_act,
+            "can_act": bool(offered),
+            "anomaly_actions": offered,
             "show_save": False,
             "show_save_and_continue": False,
             "show_save_and_add_another": False,
@@ -236,13 +252,16 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
         anomaly = get_object_or_404(AnomalyOrder, pk=object_id)
         if not self.has_change_permission(request, anomaly) or action not in ANOMALY_ACTIONS:
             raise PermissionDenied
-        service, done = ANOMALY_ACTIONS[action]
         try:
-            result = service(anomaly=anomaly, by=request.user, note=request.POST.get("note", ""))
+            anomaly_act(anomaly=anomaly, action=action, by=request.user, note=request.POST.get("note", ""))
         except AnomalyActionError as exc:
             self.message_user(request, f"Not done: {exc}", messages.ERROR)
         else:
-            self.message_user(request, f"Anomaly #{anomaly.pk}: {done} ({result}).", messages.SUCCESS)
+            anomaly.refresh_from_db()
+            result = anomaly.history[-1]["result"] if anomaly.history else ""
+            self.message_user(
+                request, f"Anomaly #{anomaly.pk}: {ANOMALY_ACTIONS[action][2]} ({result}).", messages.SUCCESS
+            )
         return HttpResponseRedirect(reverse("admin:orders_anomalyorder_change", args=[anomaly.pk]))
 
 
