@@ -17,6 +17,7 @@ from seckill.reconciliation import reconcile
 from seckill.selectors import redis_remaining
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
+from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
 from ..factories import UserFactory, make_activity, make_users
 
@@ -158,3 +159,36 @@ def test_the_admin_header_counts_open_anomalies_for_those_who_may_view_them():
     client = Client()
     client.force_login(plain)
     assert 'id="anomaly-count"' not in client.get(reverse("admin:index")).content.decode()
+
+
+def test_in_chromium_the_action_box_is_full_width_at_1280_and_1920(shop_server, chromium_browser):  # noqa: F811
+    activity = make_activity(stock=5)
+    anomaly = _drift(activity)
+    user = UserFactory(username="reviewer-browser", is_staff=True)
+    user.set_password("pw-review-1234")
+    user.save()
+    user.groups.add(Group.objects.get(name="reviewers"))
+    for width in (1280, 1920):
+        context = chromium_browser.new_context(viewport={"width": width, "height": 900}, locale="en-US")
+        page = context.new_page()
+        path = reverse("admin:orders_anomalyorder_change", args=[anomaly.pk])
+        page.goto(f"{shop_server}/admin/login/?next={path}")
+        page.fill("#id_username", "reviewer-browser")
+        page.fill("#id_password", "pw-review-1234")
+        page.click("input[type=submit]")
+        page.wait_for_selector("form.anomaly-actions")
+        main = page.locator("#content-main").bounding_box()
+        box = page.locator("form.anomaly-actions").bounding_box()
+        note = page.locator("#anomaly-note").bounding_box()
+        assert main and box and note
+        assert box["y"] >= main["y"] + main["height"] - 1, "the action box sits below the evidence"
+        assert box["width"] >= min(main["width"], 900), f"the action box is squeezed at {width} px: {box}"
+        assert note["x"] + note["width"] <= box["x"] + box["width"] + 1, f"the note runs off the box at {width} px"
+        assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 0
+        assert page.locator("#anomaly-count").inner_text() == "1 open anomaly"
+        page.locator("input[name=act-rederive]").click()
+        page.wait_for_selector(".messagelist .success")
+        context.close()
+        if width == 1280:
+            assert reconcile(activity_id=activity.pk)["identity_ok"]
+            stock_redis().incrby(ActivityKeys(activity.pk).stock, 3)  # drift again for the 1920 px round
