@@ -313,15 +313,18 @@ class ReconciliationReportAdmin(ReadOnlyAdmin):
     def bucket_table(self, obj):
         report = obj.report
         found = report.get("found", {})
+        buckets = report.get("buckets", {})
         rows = [
-            (BUCKET_WORDS.get(name, name), count, ", ".join(str(i) for i in found.get(name, [])) or "–")
-            for name, count in report.get("buckets", {}).items()
+            (words, buckets[name], ", ".join(str(i) for i in found.get(name, [])) or "–")
+            for name, words in BUCKET_WORDS.items()
+            if name in buckets
         ]
         return html_table(("what", "how many", "examples"), rows)
 
     @admin.display(description="done")
     def action_table(self, obj):
-        rows = [(ACTION_WORDS.get(name, name), count) for name, count in obj.report.get("actions", {}).items()]
+        actions = obj.report.get("actions", {})
+        rows = [(words, actions[name]) for name, words in ACTION_WORDS.items() if name in actions]
         return html_table(("action", "how many"), rows) if rows else "nothing (a check only)"
 
     @admin.display(description="activity report page")

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from orders.models import ReconciliationReport
 from seckill.reconciliation import reconcile
+from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
 from ..factories import UserFactory, make_activity, make_users
 from ..lifecycle.helpers import reserve
@@ -77,3 +78,53 @@ def test_the_report_page_shows_the_summary_of_quiet_checks(reviewer):
     assert "quiet checks since the last report" in page and "none: every check was quiet" in page
     assert response.context["summary"].runs == 2
     assert response.context["figures"]["Redis remaining (last report)"] == 5
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return not (
+        a["x"] + a["width"] <= b["x"] + 1
+        or b["x"] + b["width"] <= a["x"] + 1
+        or a["y"] + a["height"] <= b["y"] + 1
+        or b["y"] + b["height"] <= a["y"] + 1
+    )
+
+
+def test_in_chromium_at_1280_the_report_page_and_a_report_do_not_overlap(
+    shop_server,  # noqa: F811
+    chromium_browser,  # noqa: F811
+    settings,
+    tmp_path,
+):
+    import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
+    settings.SECKILL_REPLAY_GRACE = 0
+    activity = make_activity(stock=5)
+    (shopper,) = make_users(1)
+    reserve(activity, shopper)
+    reconcile(activity_id=activity.pk)
+    reconcile(activity_id=activity.pk)
+    stored = ReconciliationReport.objects.get(activity=activity)
+    user = UserFactory(username="reviewer-charts", is_staff=True)
+    user.set_password("pw-review-1234")
+    user.save()
+    user.groups.add(Group.objects.get(name="reviewers"))
+    context = chromium_browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    page = context.new_page()
+    path = reverse("admin:orders_reconciliationreport_activity", args=[activity.pk])
+    page.goto(f"{shop_server}/admin/login/?next={path}")
+    page.fill("#id_username", "reviewer-charts")
+    page.fill("#id_password", "pw-review-1234")
+    page.click("input[type=submit]")
+    page.wait_for_selector(".report .charts img")
+    boxes = [page.locator(s).bounding_box() for s in (".report-figures", ".report-summary")]
+    boxes += [img.bounding_box() for img in page.locator(".report .chart img").all()]
+    assert len(boxes) == 5 and all(boxes)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not _overlap(a, b), f"{a} overlaps {b}"
+    assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 0
+    page.screenshot(path=tmp_path / "report-page.png", full_page=True)
+    page.goto(f"{shop_server}{reverse('admin:orders_reconciliationreport_change', args=[stored.pk])}")
+    page.wait_for_selector("table.report-table")
+    assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 0
+    page.screenshot(path=tmp_path / "report-detail.png", full_page=True)
+    context.close()
