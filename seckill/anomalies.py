@@ -34,7 +34,14 @@ def anomaly_stock_rederive(*, anomaly: AnomalyOrder, by, note: str = "") -> dict
         warmed = activity_warmup(activity_id=anomaly.activity_id, force=True)
     except WarmupError as exc:
         raise AnomalyActionError(f"the stock could not be derived again: {exc}") from exc
-    report = reconcile(activity_id=anomaly.activity_id)
+    try:
+        report = reconcile(activity_id=anomaly.activity_id)
+    except RuntimeError as exc:  # another run holds the lock: the warm-up stands, say so
+        result = (
+            f"stock derived again: Redis remaining {before.redis.stock} → {warmed.remaining}; not reconciled: {exc}"
+        )
+        anomaly_log(anomaly=anomaly, action="rederive_stock", by=by, note=note, result=result)
+        raise AnomalyActionError(f"{result} (reconcile again later)") from exc
     effect = {
         "remaining_before": before.redis.stock,
         "remaining_after": report["redis_remaining"],

@@ -192,3 +192,20 @@ def test_in_chromium_the_action_box_is_full_width_at_1280_and_1920(shop_server, 
         if width == 1280:
             assert reconcile(activity_id=activity.pk)["identity_ok"]
             stock_redis().incrby(ActivityKeys(activity.pk).stock, 3)  # drift again for the 1920 px round
+
+
+def test_a_rederive_while_another_reconciliation_runs_says_so_and_keeps_the_warm_up():
+    activity = make_activity(stock=5)
+    anomaly = _drift(activity)
+    _, client = _staff("reviewers")
+    lock = stock_redis().lock(f"seckill:{ActivityKeys(activity.pk).tag}:reconcile", timeout=60)
+    assert lock.acquire()
+    try:
+        act = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "rederive"])
+        response = client.post(act, {"note": "x"}, follow=True)
+    finally:
+        lock.release()
+    assert response.status_code == 200 and "reconcile again later" in response.content.decode()
+    assert redis_remaining(activity.pk) == 5
+    anomaly.refresh_from_db()
+    assert "not reconciled" in anomaly.history[-1]["result"]
