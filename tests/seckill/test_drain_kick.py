@@ -130,7 +130,14 @@ def test_a_trickle_of_purchases_is_ordered_a_batch_at_a_time(transactional_db, p
             time.sleep(max(0.0, started + (i + 1) * 0.01 - time.monotonic()))  # pacing the load, not a wait
         trickle_seconds = time.monotonic() - started
         orders = Order.objects.filter(activity=activity)
-        wait_until(lambda: orders.count() == shoppers, timeout=120, what="every reservation to become an order")
+        # The orders commit before their log entries are acknowledged: wait for both, so
+        # the worker is not stopped between the last batch's commit and its XDEL.
+        log = ActivityKeys(activity.pk).log
+        wait_until(
+            lambda: orders.count() == shoppers and stock_redis().xlen(log) == 0,
+            timeout=120,
+            what="every reservation to become an order and leave the log",
+        )
     finally:
         worker.stop()
     passes = orders.values("created_at").distinct().count()
