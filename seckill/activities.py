@@ -299,6 +299,7 @@ def activity_duplicate(*, activity: Activity, start_at: datetime, title: str) ->
         per_user_limit=activity.per_user_limit,
         shards=activity.shards,
         safety_stock=activity.safety_stock,
+        db_reserve=activity.db_reserve,
         pay_timeout=activity.pay_timeout,
     )
     for name in _DUPLICATED_FIELDS:

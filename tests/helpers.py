@@ -440,3 +440,14 @@ def form_data(**overrides) -> dict:
     }
     data.update(overrides)
     return data
+
+
+def staff_groups_create() -> None:
+    """The staff groups and their grants as the data migrations make them: a transactional
+    test's flush empties every table, the migrations' rows included."""
+    from importlib import import_module
+
+    from django.apps import apps
+
+    import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
+    import_module("orders.migrations.0010_merchant_order_grants").grant(apps, None)

@@ -336,13 +336,9 @@ STATES_A_TIME = re.compile(r"\d|minute|hour|second|\bnow\b|soon|today|tomorrow|r
 
 @pytest.mark.django_db(transaction=True)
 def test_seed_demo_keeps_one_set_of_sales_whose_titles_stay_true():
-    from importlib import import_module
+    from tests.helpers import staff_groups_create
 
-    from django.apps import apps
-
-    # The staff groups as the data migration makes them (an earlier transactional test's
-    # flush empties every table, the migration's rows included).
-    import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
+    staff_groups_create()
     before = timezone.now()
     first = seed_demo()
     assert first["admin_password"]

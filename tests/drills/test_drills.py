@@ -328,8 +328,9 @@ def test_redis_back_for_one_server_while_the_other_sells_its_reserve_no_unit_is_
     b_answers = [buy(b)[1] for _ in range(left + 2)]
     assert b_answers == [(202, "queued")] * left + [(503, "busy")] * 2, b_answers
     assert db_path.count() == 8, "B sold the rest of the reserve, and nothing more"
-    while (answer := buy(a)[1]) == (202, "queued"):
-        pass  # A sells Redis's share to the end
+    answer = buy(a)[1]
+    while answer == (202, "queued"):  # A sells Redis's share to the end
+        answer = buy(a)[1]
     assert answer == (410, "sold_out")
 
     queued = sum(1 for s, _ in answers.values() if s == 202)

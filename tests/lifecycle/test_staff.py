@@ -19,6 +19,7 @@ from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
 from ..factories import UserFactory, make_activity, make_users
+from ..helpers import staff_groups_create
 from ..paying import pay_through_provider
 from .helpers import buy, reserve
 
@@ -27,13 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def staff_groups():
-    """The groups as the data migration makes them (a transactional test's flush
-    empties every table, the migration's rows included)."""
-    from importlib import import_module
-
-    from django.apps import apps
-
-    import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
+    staff_groups_create()
 
 
 def _staff(group: str):

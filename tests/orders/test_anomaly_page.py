@@ -20,17 +20,14 @@ from stock.redis_client import stock_redis
 from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
 from ..factories import UserFactory, make_activity, make_users
+from ..helpers import staff_groups_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
 def staff_groups():
-    from importlib import import_module
-
-    from django.apps import apps
-
-    import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
+    staff_groups_create()
 
 
 def _staff(group: str):

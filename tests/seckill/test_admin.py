@@ -130,7 +130,7 @@ def test_the_change_page_links_to_the_live_view_orders_report_and_site(merchant)
 
 @pytest.mark.django_db
 def test_duplicate_makes_a_scheduled_copy_starting_in_the_future(merchant):
-    original = make_activity(stock=6, safety_stock=1, per_user_limit=2)
+    original = make_activity(stock=6, safety_stock=1, per_user_limit=2, db_reserve=2)
     Activity.objects.filter(pk=original.pk).update(rate_per_user="3/s", captcha_required=True)
     original.refresh_from_db()
     assert merchant.get(f"/admin/seckill/activity/{original.pk}/duplicate/").status_code == 405
@@ -143,7 +143,8 @@ def test_duplicate_makes_a_scheduled_copy_starting_in_the_future(merchant):
     assert copy.end_at - copy.start_at == original.end_at - original.start_at
     assert (copy.total_stock, copy.safety_stock, copy.per_user_limit, copy.seckill_price) == (6, 1, 2, Decimal("0.10"))
     assert (copy.rate_per_user, copy.captcha_required, copy.purchase_token) == ("3/s", True, None)
-    assert SeckillStock.objects.get(activity=copy).available == 6
+    stock = SeckillStock.objects.get(activity=copy)
+    assert (copy.db_reserve, stock.available, stock.reserve) == (2, 6, 2), "the outage reserve is the merchant's too"
     # The action does the same for several.
     run_action(merchant, "duplicate", original, copy)
     assert Activity.objects.count() == 4

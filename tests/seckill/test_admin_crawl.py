@@ -30,10 +30,9 @@ MAX_PAGES = 400
 # Not followed: leaving (a POST anyway) and the pages that confirm a deletion (they are
 # opened, never confirmed, through the delete action).
 SKIPPED = re.compile(r"^/admin/logout/|/delete/$")
+
+
 # Failures that are the orders admin's (another part of issue 19), by URL: (pattern, reason).
-ORDERS_ADMIN_KNOWN: list[tuple[str, str]] = []
-
-
 @pytest.fixture
 def shop(settings, tmp_path, django_capture_on_commit_callbacks):
     """One of everything the admin lists: sales in each state with paid, pending and
@@ -135,10 +134,6 @@ def offered_actions(page: str) -> list[str]:
     return [v for v in re.findall(r'<option value="([^"]*)"', select.group(1)) if v] if select else []
 
 
-def known_failure(url: str) -> str | None:
-    return next((reason for pattern, reason in ORDERS_ADMIN_KNOWN if re.search(pattern, url)), None)
-
-
 # Pages each role reaches by clicking from the index (the crawl is only as good as its reach).
 SALE_PAGES = {"/admin/seckill/activity/<id>/live/", "/admin/orders/reconciliationreport/activity/<id>/"}
 EXPECTED = {
@@ -171,11 +166,7 @@ def test_every_link_and_action_shown_to_a_role_works(shop, role):
             ran.append((changelist, action))
 
     bad = [(url, status, on) for url, status, on in answers if status in (403, 500) or status >= 500]
-    known = [(url, status, known_failure(url)) for url, status, _ in bad if known_failure(url)]
-    unknown = [entry for entry in bad if not known_failure(entry[0])]
-    assert not unknown, unknown
-    if known:
-        pytest.xfail(f"the orders admin: {known}")
+    assert not bad, bad
     if role == "reviewer":
         assert not [r for r in ran if "/seckill/activity/" in r[0]], ran  # may only look at the sales
     else:
