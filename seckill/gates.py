@@ -31,6 +31,7 @@ from .breaker import redis_away
 from .captcha import captcha_consume
 from .limited import limited_for, limited_remember
 from .models import Activity
+from .room import room_ticket_check
 from .selectors import ActivitySnapshot, activity_snapshot, blacklist, gate_redis, shopper_facts
 from .soldout import sold_out_known
 
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 MAX_TOKEN_LENGTH = 128
 MAX_CAPTCHA_FIELD_LENGTH = 64
-ALLOWED_FIELDS = frozenset({"token", "quantity", "captcha_id", "captcha_answer"})
+ALLOWED_FIELDS = frozenset({"token", "quantity", "captcha_id", "captcha_answer", "ticket"})
 
 
 @dataclass(frozen=True)
@@ -405,6 +406,7 @@ def purchase_admit(request, *, activity: ActivitySnapshot, data, now: datetime, 
     if refused is not None:
         raise refused
     assert body is not None
+    room_ticket_check(activity, user_id=user_id, ticket=data.get("ticket"), now=now)  # a waiting room's ticket
     purchase_admission_check(activity)
     purchase_shopper_check(request, activity=activity, user_id=user_id, body=body, now=now)
     return Admitted(activity, user_id, body, now)

@@ -4,6 +4,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -30,8 +31,15 @@ def validate_rate(value: str) -> None:
         raise ValidationError(_('Enter a rate such as "10/s" or "600/m", or "off".'))
 
 
+class AdmissionMode(models.TextChoices):
+    DIRECT = "direct", _("direct")
+    ROOM = "room", _("waiting room")
+
+
 class Activity(models.Model):
     """One flash sale: N units of a product at a seckill price from ``start_at``."""
+
+    AdmissionMode = AdmissionMode
 
     class Status(models.TextChoices):
         SCHEDULED = "scheduled", _("scheduled")  # created; stock not in Redis yet
@@ -120,6 +128,35 @@ class Activity(models.Model):
     captcha_required = models.BooleanField(
         _("captcha required"), default=False, help_text=_("Each purchase must carry a one-time captcha answer.")
     )
+    # The waiting room (seckill.room): "direct" is the purchase path as it always was.
+    admission_mode = models.CharField(
+        _("admission"),
+        max_length=8,
+        choices=AdmissionMode.choices,
+        default=AdmissionMode.DIRECT,
+        help_text=_(
+            "Direct: shoppers buy as soon as the sale starts. Waiting room: they queue, are let in at the "
+            "admission rate and buy with a ticket."
+        ),
+    )
+    room_prequeue_minutes = models.PositiveIntegerField(
+        _("pre-queue opens (minutes before the start)"),
+        default=15,
+        help_text=_("Everyone who joins in this time gets a random place at the start."),
+    )
+    room_rate = models.PositiveIntegerField(
+        _("room admission rate (shoppers per second)"), default=20, validators=[MinValueValidator(1)]
+    )
+    room_cap = models.PositiveIntegerField(
+        _("room cap (admitted, not yet done)"),
+        default=200,
+        help_text=_("Shoppers let in who have neither bought nor run out of time; 0 = no cap."),
+    )
+    room_window_seconds = models.PositiveIntegerField(
+        _("time to buy once let in (seconds)"), default=120, validators=[MinValueValidator(5)]
+    )
+    # The shuffle's seed, kept here once published (the room's Redis keys go at the close).
+    room_seed = models.CharField(max_length=64, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

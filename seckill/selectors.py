@@ -54,6 +54,12 @@ class ActivitySnapshot:
     min_member_level: int | None = None
     min_account_age_days: int | None = None
     captcha_required: bool = False
+    # The waiting room (seckill.room): "direct" or "room", and the room's settings.
+    admission_mode: str = "direct"
+    room_prequeue_minutes: int = 15
+    room_rate: int = 20
+    room_cap: int = 200
+    room_window_seconds: int = 120
 
     def phase_at(self, now: datetime) -> str:
         return activity_phase(status=self.status, start_at=self.start_at, end_at=self.end_at, now=now)

@@ -47,6 +47,7 @@ class PurchaseRequestSerializer(serializers.Serializer):
     quantity = serializers.IntegerField(required=False, default=1, min_value=1)
     captcha_id = serializers.CharField(required=False, help_text="From the captcha endpoint, when the sale asks")
     captcha_answer = serializers.CharField(required=False, help_text="The answer to that captcha's question")
+    ticket = serializers.CharField(required=False, help_text="A waiting-room sale: the ticket the room gave you")
 
 
 class CaptchaSerializer(serializers.Serializer):

@@ -5,7 +5,7 @@ import re
 from django.conf import settings
 from django.urls import path, register_converter
 
-from . import apis, views
+from . import apis, room_apis, room_views, views
 
 # The purchase first: the flood's endpoint is found without trying the others' patterns.
 api_urlpatterns = [
@@ -16,6 +16,10 @@ api_urlpatterns = [
     path("activities/<int:activity_id>/result", apis.ResultApi.as_view(), name="activity-result"),
     path("activities/<int:activity_id>/captcha", apis.CaptchaApi.as_view(), name="activity-captcha"),
     path("me", views.me, name="me"),
+    path("activities/<int:activity_id>/room", room_apis.RoomStatusApi.as_view(), name="room-status"),
+    path("activities/<int:activity_id>/room/join", room_apis.RoomJoinApi.as_view(), name="room-join"),
+    path("activities/<int:activity_id>/room/ticket", room_apis.RoomTicketApi.as_view(), name="room-ticket"),
+    path("activities/<int:activity_id>/room/draw", room_apis.RoomDrawApi.as_view(), name="room-draw"),
 ]
 
 
@@ -40,6 +44,8 @@ urlpatterns = [
     path("seckill/<int:activity_id>/", views.activity_page, name="activity-page"),
     path("<pagelang:language>/seckill/<int:activity_id>/", views.activity_page, name="activity-page-lang"),
     path("seckill/<int:activity_id>/flag.js", views.flag_js, name="activity-flag-js"),
+    path("seckill/<int:activity_id>/room/", room_views.room_page, name="room-page"),
+    path("<pagelang:language>/seckill/<int:activity_id>/room/", room_views.room_page, name="room-page-lang"),
     path("products/", views.product_list, name="product-list"),
     path("products/<int:product_id>/", views.product_detail, name="product-detail"),
     path("accounts/signup/", views.signup, name="signup"),

@@ -125,6 +125,58 @@ class ActivityKeys:
         """One captcha challenge: "<user id>:<answer>", deleted by the first attempt."""
         return f"seckill:{self.tag}:captcha:{challenge_id}"
 
+    # --- the waiting room (seckill.room, lua/room_*.lua) ----------------------------
+
+    @property
+    def room_state(self) -> str:
+        """Hash: sealed, serving (places let in so far), ts and credit of the admission
+        clock, paused, closed_ms, admitted/noshows/used counts, seed, commitment."""
+        return f"seckill:{self.tag}:room:state"
+
+    @property
+    def room_pre(self) -> str:
+        """Set: user ids who joined during the pre-queue (shuffled into places at the start)."""
+        return f"seckill:{self.tag}:room:pre"
+
+    @property
+    def room_queue(self) -> str:
+        """List: user ids in place order (place = index + 1)."""
+        return f"seckill:{self.tag}:room:queue"
+
+    @property
+    def room_places(self) -> str:
+        """Hash: user id -> place."""
+        return f"seckill:{self.tag}:room:places"
+
+    @property
+    def room_active(self) -> str:
+        """Sorted set: admitted shoppers not yet done, scored by the end of their window (ms)."""
+        return f"seckill:{self.tag}:room:active"
+
+    @property
+    def room_admitted(self) -> str:
+        """Hash: user id -> when (ms) the room let them in."""
+        return f"seckill:{self.tag}:room:admitted"
+
+    @property
+    def room_tickets(self) -> str:
+        """Hash: user id -> the nonce of the ticket issued to them."""
+        return f"seckill:{self.tag}:room:tickets"
+
+    @property
+    def room_used(self) -> str:
+        """Hash: user id -> when (ms) their ticket was used."""
+        return f"seckill:{self.tag}:room:used"
+
+    @property
+    def room_rate_samples(self) -> str:
+        """List: "<ms>:<admitted>" samples, newest first, for the measured admission rate."""
+        return f"seckill:{self.tag}:room:rate"
+
+    @property
+    def room_seal_lock(self) -> str:
+        return f"seckill:{self.tag}:room:seal-lock"
+
     @property
     def lifecycle_lock(self) -> str:
         """The lock that lets warm-ups and the close of an activity run one at a time.

@@ -1,0 +1,152 @@
+"""The waiting room's JSON API (docs/WAITING-ROOM.md): join, the room's status (the same for
+everyone, cacheable for a second), a ticket when let in, the draw's evidence."""
+
+import ipaddress
+
+from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from stock.scripts import RateLimit
+
+from .apis import NO_STORE, snapshot_or_404
+from .gates import TrafficLimits, client_ip, rate_parse, traffic_limits_check
+from .room import estimate_seconds, room_draw, room_join, room_status, room_ticket_issue
+from .selectors import ActivitySnapshot
+from .serializers import ErrorSerializer
+
+_ERR = OpenApiResponse(ErrorSerializer)
+STATUS_CACHE = "public, max-age=1"
+
+
+def join_limits(request, activity: ActivitySnapshot) -> TrafficLimits:
+    """Joins per client address (SECKILL_ROOM_JOINS_PER_IP; an IPv6 client counts per /64)."""
+    rate = rate_parse(getattr(settings, "SECKILL_ROOM_JOINS_PER_IP", "30/m"))
+    ip = client_ip(request) if rate else None
+    if not rate or not ip:
+        return TrafficLimits(f"room:{activity.id}", None, None)
+    address = ipaddress.ip_address(ip)
+    bucket = str(ipaddress.ip_network(f"{ip}/64", strict=False)) if address.version == 6 else ip
+    return TrafficLimits(f"room:{activity.id}", None, RateLimit(f"seckill:rl:room:{activity.id}:ip:{bucket}", *rate))
+
+
+RoomStatusSerializer = inline_serializer(
+    "RoomStatus",
+    fields={
+        "state": serializers.ChoiceField(["not_open", "pre_queue", "drawing", "open", "paused", "closed", "ended"]),
+        "now_serving": serializers.IntegerField(help_text="Places let in so far: place <= now_serving may buy"),
+        "queued": serializers.IntegerField(help_text="Places given so far"),
+        "waiting": serializers.IntegerField(help_text="Joined and not let in yet"),
+        "admitted_active": serializers.IntegerField(),
+        "noshows": serializers.IntegerField(),
+        "used": serializers.IntegerField(help_text="Tickets used"),
+        "pre_queue": serializers.IntegerField(help_text="Joiners before the start"),
+        "sold_out": serializers.BooleanField(),
+        "closed_at": serializers.DateTimeField(allow_null=True),
+        "rate": serializers.IntegerField(help_text="Configured admission rate, shoppers per second"),
+        "measured_rate": serializers.FloatField(allow_null=True, help_text="Over about the last ten seconds"),
+        "commitment": serializers.CharField(allow_null=True, help_text="sha256(seed), published before the start"),
+        "seed": serializers.CharField(allow_null=True, help_text="Published once the draw is made"),
+        "server_time": serializers.DateTimeField(),
+    },
+)
+JoinSerializer = inline_serializer(
+    "RoomJoined",
+    fields={
+        "place": serializers.IntegerField(allow_null=True, help_text="null: in the pre-queue until the draw"),
+        "pre_queue": serializers.BooleanField(),
+        "ahead": serializers.IntegerField(allow_null=True),
+        "estimate_seconds": serializers.IntegerField(allow_null=True),
+        "room": RoomStatusSerializer,
+    },
+)
+TicketSerializer = inline_serializer(
+    "RoomTicket",
+    fields={
+        "ticket": serializers.CharField(help_text="Send it as `ticket` in the purchase body; single use"),
+        "expires_at": serializers.DateTimeField(),
+    },
+)
+
+
+class RoomStatusApi(APIView):
+    """The room as everyone sees it: the same bytes for every caller for a second."""
+
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    @extend_schema(operation_id="room_status", responses={200: RoomStatusSerializer, 404: _ERR, 409: _ERR, 503: _ERR})
+    def get(self, request, activity_id: int):
+        status = room_status(snapshot_or_404(activity_id), now=timezone.now())
+        return Response(status.as_json(), headers={"Cache-Control": STATUS_CACHE})
+
+
+class RoomJoinApi(APIView):
+    """Join the waiting room; joining again answers the same place."""
+
+    @extend_schema(
+        operation_id="room_join",
+        request=None,
+        responses={200: JoinSerializer, **{code: _ERR for code in (401, 403, 404, 409, 429, 503)}},
+    )
+    def post(self, request, activity_id: int):
+        activity = snapshot_or_404(activity_id)
+        traffic_limits_check(join_limits(request, activity), user_id=request.user.pk)
+        now = timezone.now()
+        joined = room_join(activity, user_id=request.user.pk, now=now)
+        status = room_status(activity, now=now)
+        ahead = None if joined.place is None else max(0, joined.place - status.now_serving - 1)
+        body = {
+            "place": joined.place,
+            "pre_queue": joined.pre_queue,
+            "ahead": ahead,
+            "estimate_seconds": None if ahead is None else estimate_seconds(ahead=ahead, status=status),
+            "room": status.as_json(),
+        }
+        return Response(body, headers=NO_STORE)
+
+
+class RoomTicketApi(APIView):
+    """The ticket of a shopper the room has let in (the same ticket if asked again)."""
+
+    @extend_schema(
+        operation_id="room_ticket",
+        request=None,
+        responses={200: TicketSerializer, **{code: _ERR for code in (401, 403, 404, 409, 410, 503)}},
+    )
+    def post(self, request, activity_id: int):
+        ticket = room_ticket_issue(snapshot_or_404(activity_id), user_id=request.user.pk)
+        return Response({"ticket": ticket.ticket, "expires_at": ticket.expires_at}, headers=NO_STORE)
+
+
+class RoomDrawApi(APIView):
+    """The evidence of the draw: the commitment before the start; the seed and the
+    pre-queue's joiners after it (places = joiners sorted by sha256("<seed>:<id>"))."""
+
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    @extend_schema(
+        operation_id="room_draw",
+        responses={
+            200: inline_serializer(
+                "RoomDraw",
+                fields={
+                    "commitment": serializers.CharField(),
+                    "seed": serializers.CharField(allow_null=True),
+                    "joiners": serializers.ListField(child=serializers.IntegerField(), allow_null=True),
+                    "rule": serializers.CharField(),
+                },
+            ),
+            404: _ERR,
+            409: _ERR,
+            503: _ERR,
+        },
+    )
+    def get(self, request, activity_id: int):
+        draw = room_draw(snapshot_or_404(activity_id))
+        return Response(draw, headers={"Cache-Control": "public, max-age=5"})

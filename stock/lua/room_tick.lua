@@ -1,0 +1,87 @@
+-- The waiting room's clock, in one atomic step: expire the no-shows, close the room when
+-- the stock is gone (reopen it when units come back), and move "now serving" on at the
+-- admission rate, never past the cap on admitted-not-done shoppers nor past the units left
+-- for them. Run by whoever reads the room (at most once a second per web process).
+--
+-- KEYS[1] state (hash)   KEYS[2] queue (list)   KEYS[3] active (zset: user -> window end ms)
+-- KEYS[4] admitted (hash: user -> ms)   KEYS[5] stock (the activity's stock key)
+-- KEYS[6] rate samples (list)
+-- ARGV[1] rate (shoppers/s, >= 1)   ARGV[2] cap (0 = none)   ARGV[3] window (ms)
+--
+-- Returns {sealed, serving, queue length, active, no-shows, used, closed at (ms or ''),
+--          paused, stock (-1 unknown), now (ms), oldest rate sample ("ms:serving" or '')}
+local rate = tonumber(ARGV[1])
+local cap = tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
+if not rate or rate < 1 or not cap or cap < 0 or not window or window < 1 then
+  return redis.error_reply('room_tick: bad arguments')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local st = redis.call('HMGET', KEYS[1], 'sealed', 'serving', 'ts', 'credit', 'paused', 'closed_ms', 'noshows', 'used')
+local qlen = redis.call('LLEN', KEYS[2])
+local stock = redis.call('GET', KEYS[5])
+stock = stock and tonumber(stock) or -1
+local paused = st[5] or '0'
+if st[1] ~= '1' then
+  return {0, 0, qlen, 0, 0, 0, '', paused, stock, now, ''}
+end
+local serving = tonumber(st[2]) or 0
+local ts = tonumber(st[3]) or now
+local credit = tonumber(st[4]) or 0
+local closed = st[6]
+local noshows = tonumber(st[7]) or 0
+-- No-shows: their window is over; their slot is free again.
+local gone = redis.call('ZCOUNT', KEYS[3], '-inf', now)
+if gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  noshows = redis.call('HINCRBY', KEYS[1], 'noshows', gone)
+end
+local active = redis.call('ZCARD', KEYS[3])
+if stock == 0 or stock < -1 then
+  if not closed then
+    closed = tostring(now)
+    redis.call('HSET', KEYS[1], 'closed_ms', closed)
+    redis.call('HINCRBY', KEYS[1], 'closes', 1)
+  end
+  credit = 0
+else
+  if closed then
+    redis.call('HDEL', KEYS[1], 'closed_ms')
+    redis.call('HINCRBY', KEYS[1], 'reopens', 1)
+    closed = nil
+  end
+  if paused == '1' then
+    credit = 0
+  else
+    -- At most one second's admissions banked: a quiet spell is no burst.
+    credit = math.min(credit + math.max(0, now - ts) * rate / 1000, rate)
+    local n = math.floor(credit)
+    if cap > 0 then
+      n = math.min(n, cap - active)
+    end
+    if stock > 0 then
+      n = math.min(n, stock - active)
+    end
+    n = math.min(n, qlen - serving)
+    if n > 0 then
+      local ids = redis.call('LRANGE', KEYS[2], serving, serving + n - 1)
+      for _, id in ipairs(ids) do
+        redis.call('ZADD', KEYS[3], now + window, id)
+        redis.call('HSET', KEYS[4], id, now)
+      end
+      serving = serving + n
+      active = active + n
+    end
+    -- Whole credits not spent (the cap, the stock or the queue held them) are not kept.
+    credit = credit - math.floor(credit)
+  end
+end
+redis.call('HSET', KEYS[1], 'serving', serving, 'ts', now, 'credit', tostring(credit))
+local head = redis.call('LINDEX', KEYS[6], 0)
+if not head or now - tonumber(string.match(head, '^(%d+)')) >= 1000 then
+  redis.call('LPUSH', KEYS[6], now .. ':' .. serving)
+  redis.call('LTRIM', KEYS[6], 0, 10)
+end
+local oldest = redis.call('LINDEX', KEYS[6], -1) or ''
+return {1, serving, qlen, active, noshows, tonumber(st[8]) or 0, closed or '', paused, stock, now, oldest}
