@@ -46,3 +46,9 @@ def redis_spy(monkeypatch):
 
     monkeypatch.setattr(redis.client.Pipeline, "execute", counting_pipeline)
     return sent
+
+
+@pytest.fixture(autouse=True)
+def joins_unlimited(settings):
+    """The per-address join limit is off unless a test is about it (many shoppers share 127.0.0.1 here)."""
+    settings.SECKILL_ROOM_JOINS_PER_IP = "off"
