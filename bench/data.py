@@ -36,19 +36,27 @@ def shoppers_create(n: int, tokens_file: Path) -> list[int]:
 
 
 def activity_new(
-    *, title: str, stock: int, warm: bool = True, per_user_limit: int = 1, shards: int = 1, **gates
+    *,
+    title: str,
+    stock: int,
+    warm: bool = True,
+    per_user_limit: int = 1,
+    shards: int = 1,
+    starts_in: timedelta = timedelta(minutes=-1),
+    **gates,
 ) -> Activity:
-    """A live activity (started a minute ago, ends in two hours) with its purchase token;
-    ``gates``: Activity fields of the traffic gates (rate_per_user, admission_rate, …),
-    set before the warm-up caches the activity."""
+    """An activity with its purchase token, live (started a minute ago, ends in two hours)
+    unless ``starts_in`` is positive (then it has no token yet); ``gates``: Activity fields
+    of the traffic gates (rate_per_user, admission_rate, …), set before the warm-up caches
+    the activity."""
     now = timezone.now()
     product = Product.objects.create(name=f"{title} product", list_price=Decimal("99.00"))
     activity = activity_create(
         title=title,
         product=product,
         seckill_price=Decimal("1.00"),
-        start_at=now - timedelta(minutes=1),
-        end_at=now + timedelta(hours=2),
+        start_at=now + starts_in,
+        end_at=now + starts_in + timedelta(hours=2),
         total_stock=stock,
         per_user_limit=per_user_limit,
         shards=shards,

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from django.db.models import Max, Sum
 
 from orders.models import Order
+from seckill.lifecycle import activity_stop_selling
+from seckill.models import Activity
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.scripts import ScriptCode, run_purchase
@@ -17,10 +21,13 @@ from stock.scripts import ScriptCode, run_purchase
 from .data import activity_new, shoppers_create
 from .engine import engine_run
 from .invariants import invariants_check
-from .stack import cpu_seconds, postgres_pids, redis_pids
+from .stack import cpu_seconds, postgres_pids, redis_pids, rss_mb
 from .wrkrun import WrkResult, wrk_run
+from .yardstick import figures, yardstick_measure
 
 BIG_STOCK = 10_000_000  # "while stock lasts": never runs out during a run
+# The scenarios served over HTTP by the project's gunicorn (after them: its memory).
+HTTP_SCENARIOS = ("ping", "early", "soldout", "gates", "duplicate", "purchase", "sharded", "naive", "flood")
 
 
 def say(message: str) -> None:
@@ -36,25 +43,64 @@ class Bench:
         self.tokens_file = work_dir / "tokens.txt"
         self.soldout_tokens = work_dir / "tokens-soldout.txt"
         self.user_ids: list[int] = []
+        # The purchases' shoppers: "cached" ones have their token in the shared cache
+        # (token_cache_fill), "cold" ones only in PostgreSQL; each 202 run takes the next
+        # ones of its pool, so no web process has seen them (see fresh_tokens).
+        self.pools: dict[str, list[str]] = {"cached": [], "cold": []}
+        self.cursors = {"cached": 0, "cold": 0}
+        self.seen: set[str] = set()  # every shopper who sent a purchase
+        self.yardstick: dict[str, dict] = {}
 
     # --- helpers -------------------------------------------------------------------
 
     def shoppers(self) -> None:
+        """``--shoppers`` shoppers with their token in the shared cache and ``--cold-shoppers``
+        more with theirs in PostgreSQL only (in the token filter, as every token is)."""
         if self.user_ids:
             return
         started = time.monotonic()
-        self.user_ids = shoppers_create(self.args.shoppers, self.tokens_file)
-        lines = self.tokens_file.read_text().splitlines()[: self.args.soldout_shoppers]
-        self.soldout_tokens.write_text("".join(f"{t}\n" for t in lines))
-        if not self.args.cold_tokens:
-            from seckill.authentication import token_shared_fill
+        warm, cold = self.args.shoppers, self.args.cold_shoppers
+        all_tokens = self.work_dir / "tokens-all.txt"
+        self.user_ids = shoppers_create(warm + cold, all_tokens)[:warm]
+        tokens = all_tokens.read_text().splitlines()
+        self.tokens_file.write_text("".join(f"{t}\n" for t in tokens[:warm]))
+        retrying = tokens[: self.args.soldout_shoppers]
+        self.soldout_tokens.write_text("".join(f"{t}\n" for t in retrying))
+        self.seen.update(retrying)
+        # The 202 runs' shoppers: after the retrying ones, before the warm-up's 500.
+        self.pools["cached"] = tokens[self.args.soldout_shoppers : warm - 500]
+        self.pools["cold"] = tokens[warm : warm + cold]
+        from seckill.authentication import token_shared_fill, token_shared_forget
 
-            token_shared_fill()  # what an operator runs before a sale: manage.py token_cache_fill
-        say(f"{len(self.user_ids)} shoppers with API tokens ready in {time.monotonic() - started:.1f} s")
+        token_shared_fill()  # what an operator runs before a sale: manage.py token_cache_fill
+        token_shared_forget(self.pools["cold"])
+        say(
+            f"{warm} shoppers with API tokens in the shared cache, {cold} in PostgreSQL only,"
+            f" ready in {time.monotonic() - started:.1f} s"
+        )
+
+    def fresh_tokens(self, pool: str, name: str) -> Path:
+        """A tokens file for one purchase run: the pool from its cursor on, then from its
+        start (wrk rotates through it; only a run longer than the pool reaches shoppers seen
+        before)."""
+        tokens, at = self.pools[pool], self.cursors[pool]
+        path = self.work_dir / f"tokens-{name}.txt"
+        path.write_text("".join(f"{t}\n" for t in tokens[at:] + tokens[:at]))
+        return path
+
+    def consumed(self, pool: str, requests: int) -> str:
+        """Move the pool's cursor past a run's shoppers; a note when it went round."""
+        tokens, at = self.pools[pool], self.cursors[pool]
+        used = min(requests, len(tokens))
+        self.seen.update(tokens[at : at + used] + tokens[: max(0, at + used - len(tokens))])
+        self.cursors[pool] = (at + used) % max(1, len(tokens))
+        if at + requests > len(tokens):
+            return f"the run outlasted the {pool} pool ({len(tokens):,} shoppers): some were seen before"
+        return ""
 
     def system_cpu(self) -> dict[str, float]:
         """CPU seconds so far of everything that serves a purchase, by part: gunicorn,
-        Celery, and the embedded PostgreSQL and Redis (when embedded)."""
+        Celery, PostgreSQL (postmaster and every backend, exited ones included) and Redis."""
         return {
             "web": cpu_seconds(self.web.pids()),
             "worker": cpu_seconds(self.worker.pids()),
@@ -64,11 +110,11 @@ class Bench:
 
     @staticmethod
     def cpu_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict:
-        """The system CPU per answer, and its split ("web 0.61 · worker 0.09 · …" ms)."""
+        """The system CPU per answer, and its split by part (ms)."""
         parts = {name: 1000 * (after[name] - before[name]) / max(1, requests) for name in before}
         return {
             "system_cpu_ms_per_req": round(sum(parts.values()), 3),
-            "cpu_split_ms": " · ".join(f"{name} {ms:.3f}" for name, ms in parts.items()),
+            "cpu_split_ms": {name: round(ms, 3) for name, ms in parts.items()},
         }
 
     def wrk(self, label: str, *, repeatable: bool = False, **kwargs) -> WrkResult:
@@ -100,26 +146,22 @@ class Bench:
             time.sleep(0.2)
         return time.monotonic() - started
 
-    def row(self, scenario: str, connections: int | None, result: WrkResult | None, **extra) -> dict:
-        row = {"scenario": scenario, "connections": connections}
+    def row(
+        self,
+        scenario: str,
+        connections: int | None,
+        result: WrkResult | None,
+        *,
+        expected: set[str] | None = None,
+        note: str = "",
+        **extra,
+    ) -> dict:
+        """One row of the results; ``expected``: the statuses this scenario answers (the
+        others are counted as unexpected)."""
+        row: dict = {"scenario": scenario, "connections": connections}
         if result is not None:
-            row.update(
-                {
-                    "rps": round(result.rps, 1),
-                    "p50_ms": result.latency_us["p50"] / 1000,
-                    "p99_ms": result.latency_us["p99"] / 1000,
-                    "requests": result.requests,
-                    "statuses": result.statuses,
-                    "errors_5xx": result.count("5"),
-                    "socket_errors": result.socket_errors,
-                    "timeouts": result.errors["timeout"],
-                    "wrk_cpu": round(result.wrk_cpu, 2),
-                    "server_cpu": round(result.server_cpu, 2),
-                    # CPU per answer is far steadier than RPS on a shared machine.
-                    "web_cpu_ms_per_req": round(1000 * result.server_cpu * result.extra["wall"] / result.requests, 3),
-                }
-            )
-            notes = []
+            row.update(figures(result, expected or set(result.statuses)))
+            notes = [note] if note else []
             if result.extra.get("repeated_after"):
                 notes.append(f"measured again: the first run was lopsided ({result.extra['repeated_after']})")
             if result.lopsided:
@@ -187,39 +229,60 @@ class Bench:
             body=self.purchase_body(activity),
             label="warm-up",
         )
+        self.seen.update(tokens.read_text().split())
         self.orders_drained(activity.pk)
 
     def run(self, *, only: list[str], connections: list[int]) -> list[dict]:
         self.shoppers()
         self.warm_up()
+        if "yardstick" in only:
+            self.yardstick_pass("before", connections)
         for c in connections:
             if "ping" in only:
-                self.ping(c, "ping")
-            if "ping" in only:
-                self.ping(c, "ping (API chain)", tokens=True)
-            if "purchase" in only:
-                self.purchase(c)
-            if "sharded" in only:
-                self.purchase(c, shards=8)
+                self.ping(c, "project bare view (context)")
+                self.ping(c, "project bare view, API chain (context)", tokens=True)
+            if "early" in only:
+                self.early(c)
             if "soldout" in only:
                 self.soldout(c)
             if "gates" in only:
                 self.gates(c)
+            if "duplicate" in only:
+                self.duplicate(c)
+            if "purchase" in only:
+                self.purchase(c)
+                if self.pools["cold"]:
+                    self.purchase(c, pool="cold")
+            if "sharded" in only:
+                self.purchase(c, shards=8)
             if "naive" in only:
                 self.naive(c)
-            if "ping" in only:
-                self.ping(c, "ping (again)")
         if "flood" in only:
             self.flood()
+        if any(s in only for s in HTTP_SCENARIOS):
+            self.memory()
+        if "yardstick" in only:
+            self.yardstick_pass("after", connections)
         if "drain" in only:
             self.drain()
         if "engine" in only:
             self.engine()
         return self.rows
 
+    def yardstick_pass(self, when: str, connections: list[int]) -> None:
+        """Plain Django on the three standard servers (bench/yardstick.py), the same wrk
+        settings; the project's web processes and worker stay up, idle, meanwhile."""
+        say(f"the yardstick, {when} the project's scenarios…")
+        measured = yardstick_measure(seconds=self.args.seconds, connections=connections, log_dir=self.work_dir, say=say)
+        self.yardstick[when] = measured
+        for server, by_c in measured.items():
+            for c, figures_c in by_c.items():
+                self.rows.append({"scenario": f"plain Django, {server}", "connections": c, "pass": when, **figures_c})
+
     def ping(self, c: int, name: str, tokens: bool = False) -> None:
-        """The bare view; with ``tokens`` every request carries a shopper's API token, so it
-        takes the short API middleware chain (config/handlers.py), as purchases do."""
+        """The project's bare view (config/ping.py); with ``tokens`` every request carries a
+        shopper's API token, so it takes the short API middleware chain (config/handlers.py),
+        as purchases do. Context: the ratios are to the yardstick."""
         result = self.wrk(
             f"{name} c={c}",
             method="GET",
@@ -228,30 +291,23 @@ class Bench:
             tokens_file=self.tokens_file if tokens else None,
             repeatable=True,
         )
-        self.row(name, c, result, oversell=0, invariants="n/a (no stock)")
+        self.row(name, c, result, expected={"200"}, oversell=0, invariants="n/a (no stock)")
 
-    def purchase(self, c: int, shards: int = 1) -> None:
-        """Stock lasts; with shards > 1 the same on S stock keys (claim, random shard)."""
-        name = "purchase (stock lasts)" if shards == 1 else f"purchase, S = {shards} shards (stock lasts)"
-        activity = activity_new(title=f"bench {name} c={c}", stock=BIG_STOCK, shards=shards)
-        cpu_before = self.system_cpu()
-        result = self.wrk(
-            f"{name} c={c}",
-            method="POST",
-            path=f"/api/activities/{activity.pk}/purchase",
-            connections=c,
-            tokens_file=self.tokens_file,
-            body=self.purchase_body(activity),
-        )
-        drain = self.orders_drained(activity.pk)
-        self.row(
-            name,
-            c,
-            result,
-            orders_drained_s=round(drain, 1),
-            **self.cpu_per_request(cpu_before, self.system_cpu(), result.requests),
-            **self.checked(activity.pk),
-        )
+    def early(self, c: int) -> None:
+        """The refusals that are the same for every shopper, sent as a flood sends them:
+        a shopper's token and a well-formed body. An activity that does not exist; one that
+        starts in an hour (no purchase token yet: the body carries a made-up one, as a
+        shopper guessing it would); one the merchant ended (``activity_stop_selling``, the
+        admin's "end it"), with the token it had."""
+        unknown_id = (Activity.objects.aggregate(m=Max("pk"))["m"] or 0) + 1_000_000
+        body = json.dumps({"token": secrets.token_urlsafe(24), "quantity": 1})
+        self.refusals("unknown activity (404)", c, unknown_id, body, expected={"404"})
+        later = activity_new(title=f"bench not started c={c}", stock=BIG_STOCK, starts_in=timedelta(hours=1))
+        self.refusals("not started (403)", c, later.pk, body, expected={"403"}, activity=later)
+        ended = activity_new(title=f"bench ended c={c}", stock=BIG_STOCK)
+        body_ended = self.purchase_body(ended)
+        activity_stop_selling(activity_id=ended.pk)
+        self.refusals("ended (403)", c, ended.pk, body_ended, expected={"403"}, activity=ended)
 
     def soldout(self, c: int) -> None:
         activity = activity_new(title=f"bench sold out c={c}", stock=100)
@@ -268,7 +324,7 @@ class Bench:
                 path=path,
                 connections=c,
                 seconds=2,
-                tokens_file=self.tokens_file,
+                tokens_file=self.soldout_tokens,
                 body=body,
                 label=f"selling out c={c}",
             )
@@ -276,70 +332,136 @@ class Bench:
                 break
         else:
             raise AssertionError(f"activity {activity.pk} did not sell out")
-        self.rejections("purchase (sold out)", c, activity)
+        # 409 for the 100 who bought one.
+        self.refusals("sold out (410)", c, activity.pk, body, expected={"410", "409"}, activity=activity)
 
     GATES = (
-        ("rate limited (per shopper)", {"rate_per_user": "1/h", "rate_per_ip": "off"}),
-        ("rate limited (per address)", {"rate_per_user": "off", "rate_per_ip": "1/h"}),
+        ("rate limited (per shopper, 429)", {"rate_per_user": "1/h", "rate_per_ip": "off"}),
+        ("rate limited (per address, 429)", {"rate_per_user": "off", "rate_per_ip": "1/h"}),
         (
-            "rate limited (admission cap)",
+            "rate limited (admission cap, 429)",
             {"rate_per_user": "off", "rate_per_ip": "off", "admission_rate": 1, "admission_burst": 1},
         ),
     )
 
+    def allowance_use(self, c: int, activity) -> None:
+        """Every retrying shopper's one allowed attempt (each token once), so that what is
+        measured next is the refusal."""
+        wrk_run(
+            base=self.base,
+            method="POST",
+            path=f"/api/activities/{activity.pk}/purchase",
+            connections=c,
+            seconds=120,
+            tokens_file=self.soldout_tokens,
+            body=self.purchase_body(activity),
+            once=True,
+            label=f"using up the allowance c={c}",
+        )
+
     def gates(self, c: int) -> None:
-        """Issue 5's 429s: the per-shopper and per-address limits (fixed windows, lua/shopper_gate.lua) and the
-        activity's admission cap (token bucket), each on an activity with stock to spare."""
+        """The 429s: the per-shopper and per-address limits (fixed windows, lua/shopper_gate.lua)
+        and the activity's admission cap (token bucket), each on an activity with stock to spare."""
         for name, gates in self.GATES:
             activity = activity_new(title=f"bench {name} c={c}", stock=BIG_STOCK, **gates)
-            body, path = self.purchase_body(activity), f"/api/activities/{activity.pk}/purchase"
-            # Every shopper's (and the address's) one allowed attempt first, so that what is
-            # measured is the rejection.
-            wrk_run(
-                base=self.base,
-                method="POST",
-                path=path,
-                connections=c,
-                seconds=120,
-                tokens_file=self.soldout_tokens,
-                body=body,
-                once=True,
-                label=f"using up the allowance c={c}",
-            )
-            self.rejections(name, c, activity)
+            self.allowance_use(c, activity)
+            body = self.purchase_body(activity)
+            # 202: the cap's one admission a second; a shopper whose allowance attempt wrk
+            # lost (a reconnect drops the request it had built) makes it now.
+            self.refusals(name, c, activity.pk, body, expected={"429", "202"}, activity=activity)
 
-    def rejections(self, name: str, c: int, activity) -> None:
+    def duplicate(self, c: int) -> None:
+        """The 409s: the retrying shoppers have each bought their one unit (per-shopper
+        limit 1) and keep trying; no rate limit, so what answers is the duplicate check."""
+        activity = activity_new(title=f"bench duplicate c={c}", stock=BIG_STOCK, rate_per_user="off", rate_per_ip="off")
+        self.allowance_use(c, activity)
+        self.orders_drained(activity.pk)
+        body = self.purchase_body(activity)
+        # 202: a shopper whose first attempt wrk lost makes it now (see gates).
+        self.refusals("duplicate (409)", c, activity.pk, body, expected={"409", "202"}, activity=activity)
+
+    def refusals(self, name: str, c: int, activity_id: int, body: str, *, expected: set[str], activity=None) -> None:
         """The measured run of a scenario answered with refusals: the retrying shoppers
-        against an activity that turns them away (sold out, over a limit)."""
+        against an activity that turns them away; then its invariants (when it exists)."""
+        result = self.wrk(
+            f"{name} c={c}",
+            method="POST",
+            path=f"/api/activities/{activity_id}/purchase",
+            connections=c,
+            tokens_file=self.soldout_tokens,
+            body=body,
+            repeatable=True,
+        )
+        if activity is None:
+            self.row(name, c, result, expected=expected, oversell=0, invariants="n/a (no activity)")
+            return
+        self.orders_drained(activity.pk)
+        self.row(name, c, result, expected=expected, **self.checked(activity.pk))
+
+    def purchase(self, c: int, shards: int = 1, pool: str = "cached") -> None:
+        """Stock lasts, every request another shopper nobody served before: tokens in the
+        shared cache (``pool`` "cached") or in PostgreSQL only ("cold"); with shards > 1 the
+        same on S stock keys (claim, random shard). The CPU split runs until the last order
+        of the run is written."""
+        cache = "tokens in the shared cache" if pool == "cached" else "tokens not cached"
+        name = f"purchase (202), {cache}" if shards == 1 else f"purchase, S = {shards} shards (context)"
+        activity = activity_new(title=f"bench {name} c={c}", stock=BIG_STOCK, shards=shards)
+        tokens = self.fresh_tokens(pool, f"{pool}-{shards}-{c}")
+        cpu_before = self.system_cpu()
         result = self.wrk(
             f"{name} c={c}",
             method="POST",
             path=f"/api/activities/{activity.pk}/purchase",
             connections=c,
-            tokens_file=self.soldout_tokens,
+            tokens_file=tokens,
             body=self.purchase_body(activity),
-            repeatable=True,
         )
-        self.orders_drained(activity.pk)
-        self.row(name, c, result, **self.checked(activity.pk))
+        drain = self.orders_drained(activity.pk)
+        cpu = self.cpu_per_request(cpu_before, self.system_cpu(), result.requests)
+        self.row(
+            name,
+            c,
+            result,
+            expected={"202"},
+            note=self.consumed(pool, result.requests),
+            orders_drained_s=round(drain, 1),
+            **cpu,
+            **self.checked(activity.pk),
+        )
 
     def naive(self, c: int) -> None:
         activity = activity_new(title=f"bench db-direct c={c}", stock=BIG_STOCK, warm=False)
+        tokens = self.fresh_tokens("cached", f"naive-{c}")
         cpu_before = self.system_cpu()
         result = self.wrk(
             f"database-direct purchase c={c}",
             method="POST",
             path=f"/api/bench/activities/{activity.pk}/purchase-db",
             connections=c,
-            tokens_file=self.tokens_file,
+            tokens_file=tokens,
             body=self.purchase_body(activity),
         )
         self.row(
-            "database-direct purchase",
+            "database-direct purchase (context)",
             c,
             result,
+            expected={"202"},
+            note=self.consumed("cached", result.requests),
             **self.cpu_per_request(cpu_before, self.system_cpu(), result.requests),
             **self.checked(activity.pk, redis_path=False),
+        )
+
+    def memory(self) -> None:
+        """Each web process's resident memory now, after every shopper above sent purchases."""
+        pids = self.web.pids()
+        workers = {pid: rss_mb(pid) for pid in pids[1:]}
+        self.row(
+            "resident memory per web process",
+            None,
+            None,
+            distinct_shoppers=len(self.seen),
+            master_rss_mb=round(rss_mb(pids[0]) or 0, 1),
+            workers_rss_mb=[round(mb, 1) for mb in workers.values() if mb is not None],
         )
 
     def flood(self) -> None:
@@ -348,6 +470,7 @@ class Bench:
         activity = activity_new(title="bench flood", stock=stock)
         tokens = self.work_dir / "tokens-flood.txt"
         tokens.write_text("".join(f"{t}\n" for t in self.tokens_file.read_text().splitlines()[:shoppers]))
+        self.seen.update(tokens.read_text().split())
         t0 = time.time()
         result = wrk_run(
             base=self.base,

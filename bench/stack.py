@@ -200,19 +200,57 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _server_trees(comm: str) -> list[int]:
+    """Every process named ``comm`` whose parent is not: the servers' own processes, with
+    their children (PostgreSQL's backends)."""
+    roots = []
+    for path in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if path.read_text().strip() != comm:
+                continue
+            pid = int(path.parent.name)
+            parent = int((path.parent / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        if _comm(parent) != comm:
+            roots.append(pid)
+    return [pid for root in roots for pid in (root, *_children(root))]
+
+
 def postgres_pids() -> list[int]:
-    """The embedded PostgreSQL (postmaster and backends), when it runs here."""
+    """PostgreSQL's postmaster and backends: the embedded one when it runs here, otherwise
+    every PostgreSQL on this machine (a bench on a shared machine counts the others' too)."""
     pg_pid = embedded.PG_DATA / "postmaster.pid"
-    if not pg_pid.exists():
-        return []
-    master = int(pg_pid.read_text().split("\n", 1)[0])
-    return [master, *_children(master)]
+    if pg_pid.exists():
+        master = int(pg_pid.read_text().split("\n", 1)[0])
+        return [master, *_children(master)]
+    return _server_trees("postgres")
 
 
 def redis_pids() -> list[int]:
-    """The embedded Redis, when it runs here."""
+    """The embedded Redis when it runs here, otherwise every redis-server on this machine."""
     redis_pid = embedded.REDIS_DIR / "redis.pid"
-    return [int(redis_pid.read_text().strip())] if redis_pid.exists() else []
+    if redis_pid.exists():
+        return [int(redis_pid.read_text().strip())]
+    return _server_trees("redis-server")
+
+
+def rss_mb(pid: int) -> float | None:
+    """The resident memory of a process (VmRSS), in MB; None when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 def cpu_seconds(pids: list[int], *, reaped: bool = False) -> float:
