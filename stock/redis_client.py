@@ -29,8 +29,23 @@ def stock_redis() -> StockRedis:
         # Every key one script touches shares a hash tag, so each call has one slot.
         # Its own retry (default: 10 more tries) would send a script again after a lost
         # reply; its node connections never retry (redis-py sets that itself).
-        return redis.RedisCluster.from_url(settings.SECKILL_REDIS_URL, retry=no_retries(), **options)
+        try:
+            return _Cluster.from_url(settings.SECKILL_REDIS_URL, retry=no_retries(), **options)
+        except redis.RedisClusterException as exc:  # no node answers: not cached, the next call tries again
+            raise redis.ConnectionError(str(exc)) from exc
     return redis.Redis.from_url(settings.SECKILL_REDIS_URL, retry=no_retries(), **options)
+
+
+class _Cluster(redis.RedisCluster):
+    """redis-py raises RedisClusterException, which is no RedisError, when no node of the
+    cluster answers (a partition between a web host and the cluster); every caller of the
+    engine handles RedisError (the breaker, 503 busy), so it is raised as a ConnectionError."""
+
+    def execute_command(self, *args, **kwargs):
+        try:
+            return super().execute_command(*args, **kwargs)
+        except redis.RedisClusterException as exc:
+            raise redis.ConnectionError(str(exc)) from exc
 
 
 def no_retries() -> Retry:

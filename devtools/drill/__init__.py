@@ -1,0 +1,1 @@
+"""The multi-host drills: network namespaces as hosts (python -m devtools.drill)."""
