@@ -203,14 +203,14 @@ _status: ProcessMemory[int, RoomStatus] = ProcessMemory("seckill.room.status", m
 
 def room_status(activity: ActivitySnapshot, *, now: datetime, fresh: bool = False) -> RoomStatus:
     """The room as everyone sees it, from this process's memory for SECKILL_ROOM_STATUS_TTL
-    (1 s): however many shoppers poll, each process ticks the room at most once a second."""
+    (0.5 s): however many shoppers poll, each process ticks the room at most twice a second."""
     _not_room(activity)
     if not fresh:
         cached = _status.get(activity.id)
         if cached is not None:
             return cached
     status = _room_status_now(activity, now=now)
-    _status.put(activity.id, status, getattr(settings, "SECKILL_ROOM_STATUS_TTL", 1.0))
+    _status.put(activity.id, status, getattr(settings, "SECKILL_ROOM_STATUS_TTL", 0.5))
     return status
 
 

@@ -329,7 +329,7 @@ SECKILL_ADMISSION_BURST = env.int("SECKILL_ADMISSION_BURST", default=0)
 # The waiting room (docs/WAITING-ROOM.md): joins per client address, and the seconds a web
 # process keeps the room's status (each process ticks the room at most once per that).
 SECKILL_ROOM_JOINS_PER_IP = env("SECKILL_ROOM_JOINS_PER_IP", default="30/m")
-SECKILL_ROOM_STATUS_TTL = env.float("SECKILL_ROOM_STATUS_TTL", default=1.0)
+SECKILL_ROOM_STATUS_TTL = env.float("SECKILL_ROOM_STATUS_TTL", default=0.5)
 # Seconds a web process answers "sold out" itself after Redis said so.
 SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=1.0)
 # The activity copy in the cache Redis, unknown ids remembered as absent, and how long a
