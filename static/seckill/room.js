@@ -3,8 +3,9 @@
 // for a second, polled with backoff), the ticket when the room lets the shopper in.
 (function () {
   "use strict";
-  const room = document.getElementById("room");
-  if (!room) return;
+  // id "sale": shop.js finds the page's language there (templates/seckill/room.html).
+  const room = document.getElementById("sale");
+  if (!room || !room.dataset.room) return;
   const id = room.dataset.activity;
   const T = JSON.parse(document.getElementById("room-strings").textContent);
   const $ = (name) => document.getElementById(name);
