@@ -73,7 +73,7 @@ def _db_reserve_default(activity: Activity) -> None:
         activity.db_reserve = min(default_db_reserve(activity.total_stock), held_back)
 
 
-_SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at"})
+_SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at", "room_seed"})
 
 # The shard count may change until this long before the start: every web process must see
 # the new count (its cached copy of the activity lives SECKILL_ACTIVITY_CACHE_TTL) before

@@ -32,6 +32,7 @@ from .dashboard import SaleStatus, live_figures, sale_status, sale_statuses
 from .lifecycle import WarmupError, activity_stop_selling, activity_warmup
 from .models import Activity, BlacklistEntry, ShopperProfile
 from .pages import activity_page_publish
+from .room import room_figures, room_pause
 
 
 class SeckillStockInline(admin.StackedInline):
@@ -157,6 +158,10 @@ def _duplicate_title(title: str) -> str:
     return title if title.endswith(suffix) else (title[: 200 - len(suffix)] + suffix)
 
 
+# The waiting room's settings (seckill.room): each has a default.
+ROOM_FIELDS = frozenset({"admission_mode", "room_prequeue_minutes", "room_rate", "room_cap", "room_window_seconds"})
+
+
 @admin.register(Activity)
 class ActivityAdmin(admin.ModelAdmin):
     list_display = [
@@ -177,7 +182,7 @@ class ActivityAdmin(admin.ModelAdmin):
     # A tuple: also the "State" fieldset's fields (a list is typed for one only).
     readonly_fields = ("status", "warmed_at", "created_at", "updated_at")
     inlines = [SeckillStockInline]
-    actions = ["warm_up", "force_rewarm", "end_and_clean_up", "publish", "duplicate"]
+    actions = ["warm_up", "force_rewarm", "end_and_clean_up", "publish", "duplicate", "pause_room", "resume_room"]
     change_form_template = "admin/seckill/activity/change_form.html"
     fieldsets = [
         (
@@ -219,6 +224,25 @@ class ActivityAdmin(admin.ModelAdmin):
                     "captcha_required",
                 ],
                 "description": "Leave a rate blank to use the shop's default for every sale.",
+            },
+        ),
+        (
+            "Waiting room",
+            {
+                "fields": [
+                    "admission_mode",
+                    "room_prequeue_minutes",
+                    "room_rate",
+                    "room_cap",
+                    "room_window_seconds",
+                    "room_figures_shown",
+                ],
+                "description": (
+                    "With a waiting room, shoppers join a queue (from the pre-queue opening; those who join before "
+                    "the start get random places, drawn from a seed published after it), are let in at the admission "
+                    "rate and buy with a ticket within their time. The room closes when the stock is gone and "
+                    "reopens if units come back. Pause and resume it from the actions menu."
+                ),
             },
         ),
         ("State", {"fields": readonly_fields}),
@@ -399,6 +423,8 @@ class ActivityAdmin(admin.ModelAdmin):
         if field is not None:
             field.label = label or field.label
             field.help_text = help_text or field.help_text
+            if db_field.name in ROOM_FIELDS:
+                field.required = False  # a form posted without them (an older page) keeps the defaults
         return field
 
     # --- saving ---------------------------------------------------------------------------
@@ -412,7 +438,7 @@ class ActivityAdmin(admin.ModelAdmin):
             messages.error(request, f"Not saved: {exc}.")
 
     def get_readonly_fields(self, request, obj=None):
-        fields = list(super().get_readonly_fields(request, obj))
+        fields = [*super().get_readonly_fields(request, obj), "room_figures_shown"]
         if obj is not None:
             locked = activity_locked_fields(activity=_stored(obj))
             fields += [*locked, *(LOCKED_SHOWN[name] for name in locked if name in LOCKED_SHOWN)]
@@ -429,6 +455,33 @@ class ActivityAdmin(admin.ModelAdmin):
             (title, {**opts, "fields": [swap.get(f, f) if isinstance(f, str) else f for f in opts["fields"]]})
             for title, opts in fieldsets
         ]
+
+    @admin.display(description="Room figures")
+    def room_figures_shown(self, obj):
+        """The room's figures (waiting, let in, bought, no-shows, closed at) and its seed."""
+        if obj is None or obj.pk is None or obj.admission_mode != Activity.AdmissionMode.ROOM:
+            return "–"
+        try:
+            figures = room_figures(obj)
+        except redis.RedisError:
+            return "unknown: the stock counter is out of reach"
+        rows = [
+            ("state", figures.get("state", "unknown")),
+            ("waiting", figures.get("waiting", "–")),
+            ("let in", figures.get("admitted", "–")),
+            ("let in, not done", figures.get("admitted_active", "–")),
+            ("tickets used", figures.get("tickets_used", "–")),
+            ("bought (orders)", figures.get("bought", "–")),
+            ("no-shows", figures.get("noshows", "–")),
+            ("measured rate (per s)", figures.get("measured_rate") or "–"),
+            ("closed at", figures.get("closed_at") or "–"),
+            ("seed commitment", figures.get("commitment") or "–"),
+            ("seed", figures.get("seed") or "published after the start"),
+        ]
+        return format_html(
+            '<table class="room-figures">{}</table>',
+            format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", rows),
+        )
 
     @admin.display(description="Sale price")
     def locked_sale_price(self, obj):
@@ -508,6 +561,25 @@ class ActivityAdmin(admin.ModelAdmin):
         for activity in queryset:
             paths = activity_page_publish(activity_id=activity.pk)
             self.message_user(request, f"{activity}: page published ({len(paths)} files).", messages.SUCCESS)
+
+    @admin.action(description="Pause the waiting room", permissions=["change"])
+    def pause_room(self, request, queryset):
+        self._room_pause(request, queryset, paused=True)
+
+    @admin.action(description="Resume the waiting room", permissions=["change"])
+    def resume_room(self, request, queryset):
+        self._room_pause(request, queryset, paused=False)
+
+    def _room_pause(self, request, queryset, *, paused: bool) -> None:
+        def pause(activity: Activity) -> str:
+            room_pause(activity.pk, paused=paused)
+            return "waiting room paused" if paused else "waiting room resumed"
+
+        for activity in queryset:
+            if activity.admission_mode != Activity.AdmissionMode.ROOM:
+                self.message_user(request, f"{activity}: has no waiting room.", messages.WARNING)
+                continue
+            self._run(request, [activity], pause, "pausing" if paused else "resuming")
 
     @admin.action(description="Duplicate as a new scheduled sale", permissions=["add"])
     def duplicate(self, request, queryset):

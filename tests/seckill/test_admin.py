@@ -311,7 +311,16 @@ def offered(client: Client) -> list[str]:
 @pytest.mark.django_db
 def test_each_role_is_offered_only_the_actions_it_may_run(merchant):
     make_activity(stock=2)
-    everything = ["delete_selected", "warm_up", "force_rewarm", "end_and_clean_up", "publish", "duplicate"]
+    everything = [
+        "delete_selected",
+        "warm_up",
+        "force_rewarm",
+        "end_and_clean_up",
+        "publish",
+        "duplicate",
+        "pause_room",
+        "resume_room",
+    ]
     assert offered(merchant) == everything  # a superuser
     assert offered(staff_client("merchant")) == everything[1:]  # no deleting
     assert offered(staff_client("reviewer")) == []  # looks only
