@@ -74,7 +74,7 @@ def scenario_rows(payload: dict) -> list[dict]:
         row["p99_ratio"] = r["p99_ms"] / yard["p99_ms"] if yard and yard["p99_ms"] else None
         row["target"] = TARGETS.get(r["scenario"])
         misses = []
-        if row["target"] is not None:
+        if row["target"] is not None and yard:  # without the yardstick in the run, no ratio to judge
             if row["ratio"] is None or row["ratio"] < row["target"]:
                 misses.append("req/s")
             if row["p99_ratio"] is None or row["p99_ratio"] > P99_TARGET:
@@ -84,6 +84,7 @@ def scenario_rows(payload: dict) -> list[dict]:
         if r.get("unexpected"):
             misses.append("statuses")
         row["misses"] = misses
+        row["judged"] = row["target"] is not None and bool(yard)
         out.append(row)
     return out
 
@@ -97,7 +98,7 @@ def main_table(payload: dict) -> list[str]:
     ]
     for r in scenario_rows(payload):
         target = f"≥ {r['target']:g}" if r["target"] is not None else "(context)"
-        if r["target"] is None and not r["misses"]:
+        if not r["judged"] and not r["misses"]:
             met = "–"
         else:
             met = "yes" if not r["misses"] else "**no**: " + ", ".join(r["misses"])

@@ -48,3 +48,67 @@ def test_the_bench_tells_a_lopsided_run_from_a_balanced_one():
     assert run([9.0, 2.0, 0.1]).lopsided == "gunicorn processes at 0.90 and 0.20 cores"
     assert run([3.0, 0.5]).lopsided == ""  # a light run: under half a core, nothing to tell
     assert run([]).lopsided == ""
+
+
+@pytest.mark.parametrize(
+    "server", ["gunicorn sync ×2", "gunicorn gthread 2×16", "uvicorn-worker ×2, Django's ASGI handler"]
+)
+def test_the_yardstick_is_plain_django_on_the_standard_server_it_names(server, tmp_path, monkeypatch):
+    """bench/yardstick.py: the plain project answers what the project's bare view answers, on
+    the worker class named, with two workers whatever the environment asks of gunicorn (the
+    project's gunicorn.conf.py and GUNICORN_* settings are not read)."""
+    import http.client
+    import json
+
+    from bench.yardstick import PATH, plain_start
+
+    monkeypatch.setenv("GUNICORN_CMD_ARGS", "--workers 3")
+    monkeypatch.setenv("WEB_CONCURRENCY", "5")
+    child, base = plain_start(server, tmp_path)
+    try:
+        conn = http.client.HTTPConnection(base.removeprefix("http://"), timeout=10)
+        conn.request("GET", PATH)
+        reply = conn.getresponse()
+        assert (reply.status, json.loads(reply.read())) == (200, {"ok": True})
+        software = "uvicorn" if "uvicorn" in server else "gunicorn"
+        assert reply.getheader("server", "").lower().startswith(software)
+        # sync workers close every connection; the other two keep it (gunicorn's defaults)
+        assert (reply.getheader("connection", "").lower() == "close") == ("sync" in server)
+        conn.close()
+        assert len(child.pids()) == 3  # the master and two workers
+    finally:
+        child.stop()
+    assert not child.alive()
+
+
+def test_every_ratio_is_to_the_mean_of_the_yardstick_passes_best():
+    """bench/report.py: the reference at a connection count is the mean of each pass's best
+    server (req/s, and those runs' p99); a row misses its target on req/s, p99, socket errors
+    or an unexpected status."""
+    from bench.report import scenario_rows
+
+    def plain(rps, p99):
+        return {"rps": rps, "p99_ms": p99, "socket_errors": 0, "unexpected": 0}
+
+    payload = {
+        "yardstick": {
+            "before": {"sync": {"50": plain(2000.0, 20.0)}, "asgi": {"50": plain(500.0, 5.0)}},
+            "after": {"sync": {"50": plain(1000.0, 40.0)}, "asgi": {"50": plain(1200.0, 60.0)}},
+        },
+        "results": [
+            {"scenario": "sold out (410)", "connections": 50, "rps": 4800.0, "p99_ms": 40.0, "socket_errors": 0},
+            {
+                "scenario": "purchase (202), tokens in the shared cache",
+                "connections": 50,
+                "rps": 1000.0,
+                "p99_ms": 80.0,
+                "socket_errors": 2,
+                "unexpected": 1,
+            },
+        ],
+    }
+    sold, buy = scenario_rows(payload)
+    # reference: (2000 + 1200) / 2 = 1600 req/s, p99 (20 + 60) / 2 = 40 ms
+    assert (sold["ratio"], sold["p99_ratio"], sold["misses"]) == (3.0, 1.0, [])
+    assert (buy["ratio"], buy["p99_ratio"]) == (0.625, 2.0)
+    assert buy["misses"] == ["p99", "socket errors", "statuses"]

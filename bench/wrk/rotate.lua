@@ -37,6 +37,9 @@ function init(args)
   answered = 0
   statuses = {}
   ping = wrk.format("GET", "/api/ping")
+  -- wrk calls the first thread's request() once before any thread runs, to check the
+  -- script (script_verify_request); that request is never sent, so it takes no token.
+  verifying = tid == 0
 end
 
 local function finish()
@@ -49,6 +52,10 @@ local function finish()
 end
 
 function request()
+  if verifying then
+    verifying = false
+    return ping
+  end
   local headers = {}
   if #tokens > 0 then
     local i = counter
