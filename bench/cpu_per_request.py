@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
             import tempfile
             from pathlib import Path
 
-            worker = stack.worker_start(bench_env, Path(tempfile.mkdtemp(prefix="cpu-worker-")), 2, nice=10)
+            worker = stack.worker_start(bench_env, Path(tempfile.mkdtemp(prefix="cpu-worker-")), 2)
         n = args.requests
         tokens_file = BASE_DIR / ".local" / "cpu-tokens.txt"
         shoppers_create(2 * n, tokens_file)
