@@ -30,6 +30,7 @@ import asyncio
 import io
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import django
 from django.conf import settings
@@ -41,6 +42,9 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
 from django.urls import set_script_prefix
 from django.utils.module_loading import import_string
+
+if TYPE_CHECKING:
+    from config.front import EarlyAnswers
 
 # Threads per process for the synchronous views: as many requests as one process has in
 # flight while others wait on Redis or PostgreSQL (and as many database connections).
@@ -185,10 +189,13 @@ def get_application() -> StackDispatcher:
     return StackDispatcher()
 
 
-def get_asgi_application() -> TokenApiFastPath:
-    """The application gunicorn's uvicorn workers serve (``config.asgi``)."""
+def get_asgi_application() -> EarlyAnswers:
+    """The application gunicorn's uvicorn workers serve (``config.asgi``): the early
+    answers in front (config/front.py), then the API's fast path, then both stacks."""
     from a2wsgi import WSGIMiddleware
 
     stacks = get_application()
+    from config.front import EarlyAnswers  # imports the models: after django.setup
+
     everything = WSGIMiddleware(stacks, workers=web_threads())
-    return TokenApiFastPath(everything, stacks.api, everything.executor)
+    return EarlyAnswers(TokenApiFastPath(everything, stacks.api, everything.executor))

@@ -23,13 +23,17 @@ _SANE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 request_id_var: ContextVar[str] = ContextVar("request_id", default="-")
 
 
+def request_id_of(incoming: str) -> str:
+    """The caller's id when it looks sane, else a new one."""
+    return incoming if _SANE.match(incoming) else uuid.uuid4().hex
+
+
 class RequestIdMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        incoming = request.headers.get(HEADER, "")
-        request_id = incoming if _SANE.match(incoming) else uuid.uuid4().hex
+        request_id = request_id_of(request.headers.get(HEADER, ""))
         request.request_id = request_id
         # Not reset on the way out: Django logs 4xx/5xx answers ("Not Found: …") after the
         # middleware chain returns, and that line should carry the id too. The next

@@ -16,7 +16,15 @@ from core.log_filters import expected_rejection_unlogged
 from orders.serializers import OrderSerializer
 
 from .captcha import captcha_issue
-from .gates import Admitted, activity_limits, known_shopper, purchase_admit, token_purchase_admit, traffic_limits_check
+from .gates import (
+    Admitted,
+    activity_absent,
+    activity_limits,
+    known_shopper,
+    purchase_admit,
+    token_purchase_admit,
+    traffic_limits_check,
+)
 from .listing import PageNotFound, activities_page, page_number_parse
 from .models import Activity
 from .pages import page_flag
@@ -60,7 +68,7 @@ def purchase_queued(admitted: Admitted) -> dict:
 def snapshot_or_404(activity_id: int) -> ActivitySnapshot:
     activity = activity_snapshot(activity_id)
     if activity is None:
-        raise ApiError(404, "not_found", "No such activity.")
+        raise activity_absent()
     return activity
 
 
@@ -117,7 +125,7 @@ class ActivityDetailApi(APIView):
     def get(self, request, activity_id: int):
         activity = Activity.objects.select_related("product").filter(pk=snapshot_or_404(activity_id).id).first()
         if activity is None:
-            raise ApiError(404, "not_found", "No such activity.")
+            raise activity_absent()
         remaining = redis_remaining_many([activity.pk])
         return Response(ActivitySerializer(activity, context={"remaining": remaining}).data)
 

@@ -32,7 +32,14 @@ from .captcha import captcha_consume
 from .limited import limited_for, limited_remember
 from .models import Activity
 from .room import room_ticket_check
-from .selectors import ActivitySnapshot, activity_snapshot, blacklist, gate_redis, shopper_facts
+from .selectors import (
+    ActivitySnapshot,
+    activity_snapshot,
+    activity_snapshot_remembered,
+    blacklist,
+    gate_redis,
+    shopper_facts,
+)
 from .soldout import sold_out_known
 
 logger = logging.getLogger(__name__)
@@ -116,6 +123,39 @@ def purchase_sold_out_check(activity: ActivitySnapshot) -> None:
     """Redis said "nothing left" less than SECKILL_SOLD_OUT_TTL ago: answer as it would."""
     if sold_out_known(activity.id):
         raise ApiError(410, "sold_out", "Sold out.")
+
+
+def activity_absent() -> ApiError:
+    return ApiError(404, "not_found", "No such activity.")
+
+
+# --- the answers that are the same for every caller ---------------------------------
+
+
+def purchase_refusal_for_everyone(activity: ActivitySnapshot | None, now: datetime) -> ApiError | None:
+    """The refusals API.md lets the server give before authentication and before the
+    body is read, because they are the same for every caller and reveal nothing
+    private: no such activity (404), outside its time window (403), sold out as this
+    process remembers (410). The same checks the full path runs (``purchase_admit``),
+    so an early answer is the answer the full path would give."""
+    if activity is None:
+        return activity_absent()
+    try:
+        purchase_window_check(activity, now)
+        purchase_sold_out_check(activity)
+    except ApiError as exc:
+        return exc
+    return None
+
+
+def purchase_early_refusal(activity_id: int, now: datetime | None = None) -> ApiError | None:
+    """The refusal for everyone that this process's memory alone decides, with no I/O
+    (the server's front calls it on its event loop); None when the memory does not know
+    the activity (the full path looks it up) or has no refusal."""
+    known, activity = activity_snapshot_remembered(activity_id)
+    if not known:
+        return None
+    return purchase_refusal_for_everyone(activity, now or timezone.now())
 
 
 # --- rate limits --------------------------------------------------------------------

@@ -40,8 +40,14 @@ class PurchaseOutcomeMiddleware:
         if match is not None and match.url_name == PURCHASE_URL_NAME:
             data = getattr(response, "data", None)
             code = data.get("code") if isinstance(data, dict) else None
-            PURCHASES.labels(str(code) if code else f"http_{response.status_code}").inc()
+            purchase_outcome_count(str(code) if code else f"http_{response.status_code}")
         return response
+
+
+def purchase_outcome_count(code: str) -> None:
+    """One answer of the purchase endpoint, by its code (the server's front counts its
+    early answers here too)."""
+    PURCHASES.labels(code).inc()
 
 
 # --- read when scraped ----------------------------------------------------------------

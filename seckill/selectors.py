@@ -302,6 +302,22 @@ def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
     )
 
 
+def activity_snapshot_remembered(activity_id: int) -> tuple[bool, ActivitySnapshot | None]:
+    """What this process's memory alone says of an activity, with no Redis or database
+    call: (known, the snapshot or None when absent). An id above the remembered highest
+    id is absent, as ``activity_snapshot`` would find (within the memory's lifetime of a
+    new activity, SECKILL_ACTIVITY_CACHE_TTL, as every copy here)."""
+    if not 0 < activity_id < 2**63:
+        return True, None
+    value = _local.get(f"activity:{activity_id}", MISSING)
+    if value is not MISSING:
+        return True, value
+    ceiling = _local.get("activity-ceiling", MISSING)
+    if ceiling is not MISSING and activity_id > ceiling:
+        return True, None
+    return False, None
+
+
 def activity_snapshot_forget(activity_id: int | None = None) -> None:
     """Drop the copies of an activity after a change (all of this process's, with no id).
 

@@ -42,12 +42,14 @@ def wsgi_application():
 
 @pytest.fixture(scope="module")
 def asgi_application():
-    """config.asgi.application: token-authenticated API calls take the fast path, the rest
-    is handed to the WSGI stacks, counted in ``.app.calls``."""
+    """config.asgi.application: behind the front's early answers, token-authenticated API
+    calls take the fast path, the rest is handed to the WSGI stacks, counted in
+    ``.handed.calls``."""
     app = get_asgi_application()
-    app.app = Counted(app.app)
+    fast_path = app.app
+    fast_path.app = app.handed = Counted(fast_path.app)
     yield app
-    app.executor.shutdown(wait=True)
+    fast_path.executor.shutdown(wait=True)
 
 
 @dataclass
@@ -64,7 +66,7 @@ class ApiStack:
 
     def handed_to_wsgi(self) -> int | None:
         """The ASGI app: how many requests it has handed to the WSGI stacks so far."""
-        return self.app.app.calls if self.fast_path else None
+        return self.app.handed.calls if self.fast_path else None
 
 
 @pytest.fixture(params=["wsgi", "asgi"])

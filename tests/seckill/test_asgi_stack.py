@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def application(asgi_application):
-    """config.asgi.application (tests/seckill/conftest.py): ``.app.calls`` counts what it
+    """config.asgi.application (tests/seckill/conftest.py): ``.handed.calls`` counts what it
     hands to the WSGI stacks."""
     return asgi_application
 
@@ -29,7 +29,7 @@ def application(asgi_application):
 def test_a_shopper_polling_for_the_result_takes_the_fast_path_too(application):
     activity = make_activity(stock=5)
     (user,) = make_users(1, prefix="poll")
-    before = application.app.calls
+    before = application.handed.calls
     answer = asgi_call(
         application,
         "GET",
@@ -39,7 +39,7 @@ def test_a_shopper_polling_for_the_result_takes_the_fast_path_too(application):
     assert answer["status"] == 200, answer
     assert json.loads(answer["body"])["code"] == "none"
     assert answer["headers"]["cache-control"] == ["no-store, max-age=0"]
-    assert application.app.calls == before
+    assert application.handed.calls == before
 
 
 def test_the_fast_path_answers_as_the_wsgi_stack_does(application):
@@ -85,7 +85,7 @@ def test_a_body_over_the_fast_paths_limit_reaches_django_whole(application):
     (user,) = make_users(1, prefix="big")
     raw = json.dumps({"token": "t", "padding": "x" * (FAST_PATH_MAX_BODY * 2)}).encode()
     third = len(raw) // 3
-    before = application.app.calls
+    before = application.handed.calls
     answer = asgi_call(
         application,
         "POST",
@@ -95,7 +95,7 @@ def test_a_body_over_the_fast_paths_limit_reaches_django_whole(application):
     )
     assert answer["status"] == 400, answer
     assert json.loads(answer["body"]) == {"code": "invalid_request", "detail": "Unknown field(s): padding."}
-    assert application.app.calls == before + 1
+    assert application.handed.calls == before + 1
     assert int(stock_redis().get(ActivityKeys(activity.pk).stock)) == 5
 
 

@@ -1,0 +1,172 @@
+"""The server's front (config/front.py) answers the refusals that are the same for every
+caller before Django builds a request. Each early answer must be the answer the full
+path gives the same request: the front and the app behind it are called side by side with
+a valid, token-authenticated purchase, and compared — status, code, detail and headers —
+in every case, also at the moment a sale starts, ends or sells out."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.test import RequestFactory
+from django.utils import timezone
+
+import core.memory
+from config.asgi import application as front
+from core.errors import ApiError
+from orders.models import Order
+from orders.services import order_cancel
+from seckill.activities import activity_token_ensure
+from seckill.gates import known_shopper, purchase_admit, purchase_early_refusal
+from seckill.models import Activity
+from seckill.replay import reservations_drain
+from seckill.selectors import activity_snapshot, activity_snapshot_forget
+from seckill.soldout import sold_out_forget
+
+from ..factories import make_activity, make_users, token_of
+from ..helpers import asgi_call
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+full_path = front.app  # what the front hands every request it does not answer
+COMPARED = ("content-type", "x-content-type-options", "referrer-policy", "cross-origin-opener-policy", "retry-after")
+
+
+@pytest.fixture(autouse=True)
+def remembering(settings):
+    """The production memories (the test settings keep none): the front answers from them."""
+    settings.SECKILL_ACTIVITY_CACHE_TTL = 30
+    settings.SECKILL_SOLD_OUT_TTL = 30
+
+
+def _buy(app, activity_id: int, key: str, token: str) -> dict:
+    answer = asgi_call(
+        app,
+        "POST",
+        f"/api/activities/{activity_id}/purchase",
+        headers={"Authorization": f"Token {key}"},
+        body={"token": token, "quantity": 1},
+    )
+    answer["json"] = json.loads(answer["body"])
+    return answer
+
+
+def _same(early: dict, full: dict) -> None:
+    assert early["status"] == full["status"]
+    assert early["json"] == full["json"]
+    for name in COMPARED:
+        assert early["headers"].get(name) == full["headers"].get(name), name
+    assert early["headers"]["x-request-id"] and full["headers"]["x-request-id"]
+
+
+def _early_then_full(activity_id: int, key: str, token: str) -> tuple[dict, dict]:
+    """The front's answer, which must have come from its memory, and the full path's."""
+    assert purchase_early_refusal(activity_id) is not None, "the front should know this answer"
+    return _buy(front, activity_id, key, token), _buy(full_path, activity_id, key, token)
+
+
+def test_an_unknown_activity_is_refused_early_as_the_full_path_refuses_it():
+    activity = make_activity(stock=3)
+    key = token_of(make_users(1, prefix="early404")[0])
+    for missing in (activity.pk + 1, activity.pk + 10_000, 0, 2**63):
+        _buy(full_path, missing, key, "x")  # the full path remembers the absence (or the highest id)
+        if missing < 2**63:
+            early, full = _early_then_full(missing, key, "x")
+            _same(early, full)
+            assert early["json"]["code"] == "not_found"
+
+
+def test_a_sale_not_started_and_one_ended_are_refused_early_as_the_full_path_refuses_them():
+    now = timezone.now()
+    upcoming = make_activity(stock=3, start_at=now + timedelta(hours=1), end_at=now + timedelta(hours=2))
+    over = make_activity(stock=3, start_at=now - timedelta(hours=2), end_at=now - timedelta(hours=1))
+    closed = make_activity(stock=3)
+    Activity.objects.filter(pk=closed.pk).update(status=Activity.Status.ENDED)
+    activity_snapshot_forget(closed.pk)  # as the admin's save and the close task do
+    key = token_of(make_users(1, prefix="earlywin")[0])
+    for activity, code in ((upcoming, "not_started"), (over, "ended"), (closed, "ended")):
+        activity_snapshot(activity.pk)  # remembered, as after the flood's first request
+        early, full = _early_then_full(activity.pk, key, "whatever")
+        _same(early, full)
+        assert early["json"]["code"] == code
+
+
+def test_a_sale_that_sells_out_is_refused_early_from_then_on_and_not_once_units_come_back():
+    activity = make_activity(stock=2, db_reserve=0)
+    token = activity_token_ensure(activity_id=activity.pk)
+    users = make_users(5, prefix="earlysold")
+    keys = [token_of(u) for u in users]
+    assert _buy(front, activity.pk, keys[0], token)["status"] == 202
+    assert purchase_early_refusal(activity.pk) is None  # one unit left
+    assert _buy(front, activity.pk, keys[1], token)["status"] == 202  # the last: Redis says none is left
+    early, full = _early_then_full(activity.pk, keys[2], token)
+    _same(early, full)
+    assert early["json"]["code"] == "sold_out"
+    early, full = _early_then_full(activity.pk, keys[3], token)
+    _same(early, full)
+    assert early["json"]["code"] == "sold_out"
+
+    # A unit comes back. Once the memory has run out (tests/gates/test_sold_out_memory.py
+    # times it; here it is dropped as its expiry would), the front no longer answers and
+    # the next shopper gets the unit.
+    reservations_drain(activity_id=activity.pk)  # the orders, as the drain task makes them
+    order_cancel(order=Order.objects.filter(activity=activity).first(), reason="user")
+    assert _buy(full_path, activity.pk, keys[3], token)["json"]["code"] == "sold_out"  # still remembered
+    sold_out_forget(activity.pk)
+    assert purchase_early_refusal(activity.pk) is None
+    assert _buy(front, activity.pk, keys[4], token)["status"] == 202
+
+
+@pytest.mark.parametrize("moment", ["start", "end"])
+def test_at_the_moment_a_sale_starts_or_ends_the_early_answer_is_the_full_paths(moment):
+    """At the instant itself and a microsecond either side: the same rule decides both."""
+    now = timezone.now()
+    activity = make_activity(stock=3, start_at=now - timedelta(minutes=1), end_at=now + timedelta(minutes=1))
+    instant = activity.start_at if moment == "start" else activity.end_at
+    user = make_users(1, prefix=f"early{moment}")[0]
+    request = RequestFactory().post(f"/api/activities/{activity.pk}/purchase", REMOTE_ADDR="127.0.0.1")
+    token = activity_token_ensure(activity_id=activity.pk)
+    snapshot = activity_snapshot(activity.pk)
+    assert snapshot is not None
+    for offset in (-1, 0, 1):
+        at = instant + timedelta(microseconds=offset)
+        early = purchase_early_refusal(activity.pk, now=at)
+        try:
+            purchase_admit(
+                request,
+                activity=snapshot,
+                data={"token": token, "quantity": 1},
+                now=at,
+                identify=known_shopper(user.pk),
+            )
+            full = None
+        except ApiError as exc:
+            full = exc
+        assert (early and (early.status, early.code, early.detail)) == (full and (full.status, full.code, full.detail))
+    codes = [
+        getattr(purchase_early_refusal(activity.pk, now=instant + timedelta(microseconds=o)), "code", None)
+        for o in (-1, 0, 1)
+    ]
+    assert codes == {"start": ["not_started", None, None], "end": [None, "ended", "ended"]}[moment]
+
+
+def test_what_the_front_does_not_know_goes_to_the_full_path(settings):
+    """Nothing remembered (a cold process, or memories off): no early answer at all, and
+    a request the full path must see first — a Host that is not allowed — is never
+    answered early."""
+    activity = make_activity(stock=3)
+    key = token_of(make_users(1, prefix="earlycold")[0])
+    settings.SECKILL_ACTIVITY_CACHE_TTL = 0
+    core.memory.forget_all()
+    assert purchase_early_refusal(activity.pk + 5) is None
+    assert _buy(front, activity.pk + 5, key, "x")["json"]["code"] == "not_found"  # from the full path
+    settings.SECKILL_ACTIVITY_CACHE_TTL = 30
+    _buy(full_path, activity.pk + 5, key, "x")
+    bad_host = asgi_call(
+        front,
+        "POST",
+        f"/api/activities/{activity.pk + 5}/purchase",
+        headers={"Authorization": f"Token {key}", "Host": "evil.example"},
+        body={"token": "x"},
+    )
+    assert bad_host["status"] == 400  # Django's DisallowedHost, as without the front
