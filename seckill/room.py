@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 import redis
 from django.conf import settings
 from django.core import signing
+from django.utils import timezone
 
 from core.errors import ApiError, busy
 from core.memory import ProcessMemory
@@ -53,6 +54,7 @@ logger = logging.getLogger(__name__)
 TICKET_SALT = "seckill.room.ticket"
 MAX_TICKET_LENGTH = 400
 SEAL_TRIES = 20
+DRAW_RULE = "places 1..N = joiners sorted by sha256('<seed>:<id>') as hex; sha256(seed) = commitment"
 
 
 def room_used(activity: ActivitySnapshot) -> bool:
@@ -215,6 +217,8 @@ def room_status(activity: ActivitySnapshot, *, now: datetime, fresh: bool = Fals
 
 
 def _room_status_now(activity: ActivitySnapshot, *, now: datetime) -> RoomStatus:
+    if activity.phase_at(now) == Activity.Phase.ENDED:
+        return _ended_status(activity, now=now)  # no tick: the close removed the room's keys for good
     if redis_away():
         raise _away()
     client, keys = stock_redis(), activity.keys
@@ -267,6 +271,32 @@ def _room_status_now(activity: ActivitySnapshot, *, now: datetime) -> RoomStatus
     )
 
 
+def _ended_status(activity: ActivitySnapshot, *, now: datetime) -> RoomStatus:
+    seed = _published_seed(activity)
+    return RoomStatus(
+        state="ended",
+        now_serving=0,
+        queued=0,
+        waiting=0,
+        admitted_active=0,
+        noshows=0,
+        used=0,
+        pre_queue=0,
+        sold_out=False,
+        closed_at=None,
+        rate=activity.room_rate,
+        measured_rate=None,
+        commitment=commitment_of(seed) if seed else None,
+        seed=seed,
+        server_time=now,
+    )
+
+
+def _published_seed(activity: ActivitySnapshot) -> str | None:
+    """The seed of a sale that has ended: the one the draw kept on the activity."""
+    return Activity.objects.filter(pk=activity.id).values_list("room_seed", flat=True).first() or None
+
+
 def room_tick(activity: ActivitySnapshot) -> RoomTick:
     return run_room_tick(
         stock_redis(),
@@ -293,6 +323,9 @@ def room_draw(activity: ActivitySnapshot) -> dict:
     """What anyone needs to check the draw: the commitment, and after the start the seed
     and the pre-queue's joiners (sorted); the places are draw_order(seed, joiners)."""
     _not_room(activity)
+    if activity.phase_at(timezone.now()) == Activity.Phase.ENDED:
+        seed = _published_seed(activity)  # never a new seed once the room's keys are gone
+        return {"commitment": commitment_of(seed) if seed else None, "seed": seed, "joiners": None, "rule": DRAW_RULE}
     if redis_away():
         raise _away()
     client, keys = stock_redis(), activity.keys
@@ -306,7 +339,7 @@ def room_draw(activity: ActivitySnapshot) -> dict:
         "commitment": commitment_of(seed),
         "seed": seed if sealed else None,
         "joiners": joiners if sealed else None,
-        "rule": "places 1..N = joiners sorted by sha256('<seed>:<id>') as hex; sha256(seed) = commitment",
+        "rule": DRAW_RULE,
     }
 
 
@@ -409,8 +442,6 @@ def room_figures(activity: Activity) -> dict:
         return figures
     bought = Order.objects.filter(activity_id=activity.pk, status__in=Order.LIVE_STATUSES).count()
     try:
-        from django.utils import timezone
-
         status = room_status(snapshot, now=timezone.now(), fresh=True)
     except ApiError:
         return {**figures, "bought": bought, "seed": activity.room_seed or None, "unknown": True}

@@ -136,7 +136,7 @@ class RoomDrawApi(APIView):
             200: inline_serializer(
                 "RoomDraw",
                 fields={
-                    "commitment": serializers.CharField(),
+                    "commitment": serializers.CharField(allow_null=True),
                     "seed": serializers.CharField(allow_null=True),
                     "joiners": serializers.ListField(child=serializers.IntegerField(), allow_null=True),
                     "rule": serializers.CharField(),

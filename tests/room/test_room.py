@@ -163,3 +163,25 @@ def test_hostile_input_is_a_clear_4xx():
     later = room_sale(stock=1, started=False, room_prequeue_minutes=5)
     refused = client_of(u).post(f"/api/activities/{later.pk}/room/join")
     assert (refused.status_code, refused.json()["code"]) == (403, "room_not_open")
+
+
+def test_an_ended_room_keeps_its_seed_and_writes_nothing_to_redis():
+    from seckill.selectors import activity_snapshot_forget
+
+    activity = room_sale(stock=5)
+    (u,) = make_users(1, prefix="ended")
+    join(activity, u)
+    seed = status(activity).seed
+    assert seed and Activity.objects.get(pk=activity.pk).room_seed == seed
+    # The sale ends and its keys go (as the close does).
+    Activity.objects.filter(pk=activity.pk).update(
+        end_at=timezone.now() - timedelta(milliseconds=1), start_at=timezone.now() - timedelta(hours=1)
+    )
+    activity_snapshot_forget(activity.pk)
+    for key in stock_redis().scan_iter(match=f"*{ActivityKeys(activity.pk).tag}*"):
+        stock_redis().delete(key)
+    ended = status(activity)
+    assert (ended.state, ended.seed, ended.commitment) == ("ended", seed, hashlib.sha256(seed.encode()).hexdigest())
+    draw = APIClient().get(f"/api/activities/{activity.pk}/room/draw").json()
+    assert draw["seed"] == seed
+    assert list(stock_redis().scan_iter(match=f"*{ActivityKeys(activity.pk).tag}*")) == []
