@@ -72,6 +72,7 @@ def check(
     reconcile_report: dict,
     results: dict[int, dict],
     *,
+    start_at: float,
     explained_anomalies: set[str],
     lost_write_explained: bool,
     identity_events: list[str],
@@ -153,11 +154,19 @@ def check(
         f"reserved-not-ordered {r.get('reserved_not_ordered')}",
     )  # fmt: skip
 
-    # 6. never a 500: a dependency away is a 503 busy, a refusal its 4xx
+    # 6. nothing sold before the start: a reservation's log id is the Redis primary's clock in ms
+    early = [
+        r for r in records
+        if r["status"] == 202 and "-" in str(r["reservation"])
+        and str(r["reservation"]).split("-")[0].isdigit() and int(str(r["reservation"]).split("-")[0]) < start_at * 1000
+    ]  # fmt: skip
+    out.add("nothing sold before the start", not early, f"{len(early)} reservations logged before the start")
+
+    # 7. never a 500: a dependency away is a 503 busy, a refusal its 4xx
     errors = Counter(r["status"] for r in records if r["status"] >= 500 and r["status"] != 503)
     out.add("no 5xx but 503 busy", not errors, f"{sum(errors.values())} answers {dict(errors) or ''}".strip())
 
-    # 7. every anomaly explained by the fault
+    # 8. every anomaly explained by the fault
     kinds = Counter(AnomalyOrder.objects.filter(activity_id=activity_id).values_list("kind", flat=True))
     unexplained = {k: n for k, n in kinds.items() if k not in explained_anomalies}
     out.add(

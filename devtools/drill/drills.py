@@ -14,11 +14,6 @@ from .checker import Outcome, check, read_history
 from .procs import BIN, Proc, wait_until
 from .stack import CLUSTER, REDIS_PORT, Stack
 
-FAKETIME_LIBS = (
-    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-)
-
 
 @dataclass
 class Sale:
@@ -39,6 +34,7 @@ class Drill:
     explained_anomalies: set[str] = field(default_factory=set)
     lost_write_explained: bool = False
     note: str = ""
+    start_in: float = -5.0  # seconds from now to the sale's start (drill 5 watches it open)
 
 
 # --- faults ------------------------------------------------------------------------------
@@ -105,7 +101,8 @@ DRILLS = {
              note="writes the replica missed are lost; the identity check must notice and re-derive the stock"),
     3: Drill(3, "the worker cut from PostgreSQL for 20 s", 3.0, _cut_worker_db, 20.0, _heal),
     4: Drill(4, "the broker restarted", 4.0, _restart_broker, 0.0, _nothing),
-    5: Drill(5, "web-a's clock 2 s ahead (libfaketime)", 0.0, _nothing, 0.0, _nothing),
+    5: Drill(5, "web-a's clock 2 s ahead (a test-only offset)", 0.0, _nothing, 0.0, _nothing, start_in=8.0,
+             note="the sale starts 8 s after it is made; both flags are watched until they open"),
     6: Drill(6, "latency 5 ms each way against 0.25 ms", 0.0, _nothing, 0.0, _nothing),
 }  # fmt: skip
 
@@ -113,9 +110,11 @@ DRILLS = {
 # --- a sale ------------------------------------------------------------------------------
 
 
-def make_sale(stack: Stack, sale: Sale, run: int) -> tuple[int, str, list[list]]:
-    """An activity live now with its stock in the cluster, ``sale.shoppers`` shoppers with
-    API tokens (the shared token cache filled, as before a big sale)."""
+def make_sale(stack: Stack, sale: Sale, run: int, start_in: float = -5.0) -> tuple[int, str | None, list[list], float]:
+    """An activity starting ``start_in`` seconds from now (live already by default) with its
+    stock in the cluster, ``sale.shoppers`` shoppers with API tokens (the shared token
+    cache filled, as before a big sale). Returns (id, purchase token or None before the
+    start, [[user id, API token]], the start as a Unix time)."""
     from datetime import timedelta
     from decimal import Decimal
 
@@ -138,27 +137,70 @@ def make_sale(stack: Stack, sale: Sale, run: int) -> tuple[int, str, list[list]]
     product, _ = Product.objects.get_or_create(name="Drill phone", defaults={"list_price": Decimal("3999.00")})
     activity = activity_create(
         title=f"Drill {run}", product=product, seckill_price=Decimal("1.00"),
-        start_at=now - timedelta(seconds=5), end_at=now + timedelta(hours=1), total_stock=sale.units,
+        start_at=now + timedelta(seconds=start_in), end_at=now + timedelta(hours=1), total_stock=sale.units,
     )  # fmt: skip
     activity_warmup(activity_id=activity.pk)
-    token = activity_token_ensure(activity_id=activity.pk)
-    assert token, "the sale started five seconds ago: it has a token"
+    token = activity_token_ensure(activity_id=activity.pk) if start_in < 0 else None
     call_command("token_cache_fill", stdout=open("/dev/null", "w"))
-    return activity.pk, token, [[u.pk, keys[u.pk]] for u in users]
+    return activity.pk, token, [[u.pk, keys[u.pk]] for u in users], activity.start_at.timestamp()
 
 
-def redis_calls(stack: Stack) -> int:
-    """Every command every Redis of the drill has run (INFO commandstats)."""
+def flag_of(base: str, activity: int) -> dict:
+    try:
+        with urllib.request.urlopen(f"{base}/api/activities/{activity}/flag", timeout=5) as response:  # noqa: S310
+            return json.loads(response.read())
+    except OSError:
+        return {}
+
+
+def watch_the_start(stack: Stack, activity: int, start_at: float) -> tuple[str, dict[str, float]]:
+    """Poll both web hosts' flags; return the purchase token as soon as either hands it out
+    (the crowd buys at the first sign of the start), and go on watching in a thread until
+    both say started: ``opened`` gets, per host, how many seconds before the real start
+    (this machine's clock) it said so."""
+    opened: dict[str, float] = {}
+    token = ""
+
+    def poll() -> bool:
+        nonlocal token
+        for host, base in zip(("web-a", "web-b"), stack.web_urls(), strict=True):
+            if host in opened:
+                continue
+            flag = flag_of(base, activity)
+            if flag.get("started"):
+                opened[host] = round(start_at - time.time(), 2)
+            if flag.get("token") and not token:
+                token = flag["token"]
+                opened[f"token from {host}"] = round(start_at - time.time(), 2)
+        return "web-a" in opened and "web-b" in opened
+
+    deadline = start_at - time.time() + 30
+    wait_until(lambda: poll() or token, timeout=deadline, what="a web host to open the sale", interval=0.02)
+    watcher = threading.Thread(target=wait_until, args=(poll,), kwargs={"timeout": deadline, "what": "both open"})
+    watcher.daemon = True
+    watcher.start()
+    return token, opened
+
+
+def redis_calls(stack: Stack) -> dict[str, int]:
+    """Every command each Redis of the drill has run (INFO commandstats), by role: the
+    stock cluster's primaries (replication to the replicas is not a round trip of ours),
+    the cache, the broker. A restarted node starts again from 0."""
     import redis
 
-    total = 0
+    totals = {"cluster": 0, "cache": 0, "broker": 0}
     for host in ("cache", "broker", *CLUSTER):
         try:
-            stats = redis.Redis(host=stack.addr(host), port=REDIS_PORT, socket_timeout=2).info("commandstats")
+            client = redis.Redis(host=stack.addr(host), port=REDIS_PORT, socket_timeout=2)
+            if host in CLUSTER and client.info("replication").get("role") != "master":
+                continue
+            stats = client.info("commandstats")
         except redis.RedisError:
             continue
-        total += sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_"))
-    return total
+        totals["cluster" if host in CLUSTER else host] += sum(
+            v["calls"] for k, v in stats.items() if k.startswith("cmdstat_")
+        )
+    return totals
 
 
 def pg_counts() -> tuple[int, int]:
@@ -217,8 +259,11 @@ def run_drill(stack: Stack, drill: Drill, sale: Sale, run: int, log, *, label: s
     from seckill.reconciliation import reconcile
 
     label = label or f"drill {drill.number}"
-    activity, token, shoppers = make_sale(stack, sale, run)
+    activity, token, shoppers, start_at = make_sale(stack, sale, run, start_in=drill.start_in)
     ctx: dict = {"activity": activity}
+    if token is None:
+        token, opened = watch_the_start(stack, activity, start_at)
+        ctx["opened_s_before_start"] = opened
     spec = {
         "activity": activity, "token": token, "webs": stack.web_urls(), "shoppers": shoppers,
         "trickle": sale.trickle, "trickle_seconds": sale.trickle_seconds, "threads": 32, "retries": 3,
@@ -283,7 +328,7 @@ def run_drill(stack: Stack, drill: Drill, sale: Sale, run: int, log, *, label: s
         if "seckill.redis_identity" in line and f"activity={activity}" in line
     ]  # fmt: skip
     outcome = check(
-        label, activity, history, report, results,
+        label, activity, history, report, results, start_at=start_at,
         explained_anomalies=drill.explained_anomalies, lost_write_explained=drill.lost_write_explained,
         identity_events=identity_events,
     )  # fmt: skip
@@ -291,14 +336,19 @@ def run_drill(stack: Stack, drill: Drill, sale: Sale, run: int, log, *, label: s
     outcome.figures.update(
         {
             "settle_s": round(settle_s, 1),
-            "redis_commands_per_202": round((calls_after - calls_before) / purchases, 2),
-            "redis_commands_per_request": round((calls_after - calls_before) / max(len(records), 1), 2),
+            "redis_commands_per_request": {
+                role: round((calls_after[role] - calls_before[role]) / max(len(records), 1), 2) for role in calls_after
+            },
+            "redis_commands_per_202": {
+                role: round((calls_after[role] - calls_before[role]) / purchases, 2) for role in calls_after
+            },
             "pg_statements_per_202": round((stmts_after - stmts_before) / purchases, 2),
             "pg_commits_per_202": round((commits_after - commits_before) / purchases, 2),
             "notes": notes
             + ([drill.note] if drill.note else [])
             + [f"identity check: {e[-200:]}" for e in identity_events[:2]],
             **({"failover_s": ctx["failover_s"]} if "failover_s" in ctx else {}),
+            **({"opened_s_before_start": ctx["opened_s_before_start"]} if "opened_s_before_start" in ctx else {}),
         }
     )
     return outcome

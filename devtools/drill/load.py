@@ -5,9 +5,9 @@ SPEC (JSON): the activity id, its purchase token, the web hosts' base URLs, the 
 seconds: the sale is going on while the fault lasts) and the flood (everyone else at once).
 Shopper i starts on web host i mod 2 (the client spreads the load, no balancer); an answer
 503, 429 or no answer at all makes the shopper try again on the other host after its
-``Retry-After`` (at most ``retries`` more times). Every request and answer is one JSON line
-of HISTORY: shopper, host, attempt, time sent, time answered (Unix seconds), status, code,
-reservation id (0 / "error" when no answer came).
+``Retry-After``, 403 ``not_started`` after 0.2 s (at most ``retries`` more times). Every
+request and answer is one JSON line of HISTORY: shopper, host, attempt, time sent, time
+answered (Unix seconds), status, code, reservation id (0 / "error" when no answer came).
 """
 
 from __future__ import annotations
@@ -99,6 +99,9 @@ def shop(spec: dict, history: History, index: int, user_id: int, key: str) -> No
                 "reservation": answer.get("reservation", ""),
             }
         )
+        if answer.get("code") == "not_started":  # the flag opened on another host first: soon
+            time.sleep(0.2)
+            continue
         if status not in (0, 429, 503):
             return
         time.sleep(min(retry_after, 2.0))

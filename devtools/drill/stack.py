@@ -260,10 +260,8 @@ class Stack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
         return done.stdout
 
-    def start_web(self, host: str, *, extra_env: dict | None = None, preload: str = "") -> Proc:
+    def start_web(self, host: str, *, extra_env: dict | None = None) -> Proc:
         env = self.django_env(WEB_CONCURRENCY="1", GUNICORN_THREADS="8", **(extra_env or {}))
-        if preload:
-            env["LD_PRELOAD"] = preload
         argv = [str(BIN / "gunicorn"), "config.asgi:application", "--bind", f"{self.addr(host)}:{WEB_PORT}",
                 "--backlog", "2048", "--timeout", "60"]  # fmt: skip
         proc = Proc(host, self.net[host].ns, argv, env, self.run_dir).start()
