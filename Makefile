@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint format bench clean services-down messages manage screenshots
+.PHONY: run test install lint format bench clean services-down messages manage screenshots drill
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	@$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# The multi-host drills (root: hosts as network namespaces; docs/DRILLS.md), e.g.
+# make drill DRILL_ARGS="--drills 1,2 --short"
+drill: $(STAMP)
+	@bash .ci/system-packages
+	@$(BIN)/python -m devtools.drill $(DRILL_ARGS)
 
 # Shopper-page translations: refresh the .po from the code, then compile the committed .mo
 # (needs gettext; installed with apt when missing and possible).
