@@ -21,7 +21,7 @@ from stock.scripts import ScriptCode, run_purchase
 from .data import activity_new, shoppers_create
 from .engine import engine_run
 from .invariants import invariants_check
-from .stack import cpu_seconds, postgres_pids, redis_pids, rss_mb
+from .stack import cpu_seconds, postgres_roots, redis_roots, rss_mb, tree_cpu
 from .wrkrun import WrkResult, wrk_run
 from .yardstick import figures, yardstick_measure
 
@@ -98,20 +98,26 @@ class Bench:
             return f"the run outlasted the {pool} pool ({len(tokens):,} shoppers): some were seen before"
         return ""
 
-    def system_cpu(self) -> dict[str, float]:
-        """CPU seconds so far of everything that serves a purchase, by part: gunicorn,
-        Celery, PostgreSQL (postmaster and every backend, exited ones included) and Redis."""
+    def system_cpu(self) -> dict[str, dict[int, float]]:
+        """CPU seconds so far of everything that serves a purchase, by part and by server:
+        gunicorn, Celery, PostgreSQL (postmaster and every backend, exited ones included) and
+        Redis."""
         return {
-            "web": cpu_seconds(self.web.pids()),
-            "worker": cpu_seconds(self.worker.pids()),
-            "postgres": cpu_seconds(postgres_pids(), reaped=True),
-            "redis": cpu_seconds(redis_pids()),
+            "web": {self.web.proc.pid: cpu_seconds(self.web.pids())},
+            "worker": {self.worker.proc.pid: cpu_seconds(self.worker.pids())},
+            "postgres": tree_cpu(postgres_roots()),
+            "redis": tree_cpu(redis_roots()),
         }
 
     @staticmethod
-    def cpu_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict:
-        """The system CPU per answer, and its split by part (ms)."""
-        parts = {name: 1000 * (after[name] - before[name]) / max(1, requests) for name in before}
+    def cpu_per_request(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]], requests: int) -> dict:
+        """The system CPU per answer, and its split by part (ms); per part, the servers that
+        ran at both readings."""
+        parts = {
+            name: 1000 * sum(after[name][pid] - cpu for pid, cpu in servers.items() if pid in after[name])
+            for name, servers in before.items()
+        }
+        parts = {name: ms / max(1, requests) for name, ms in parts.items()}
         return {
             "system_cpu_ms_per_req": round(sum(parts.values()), 3),
             "cpu_split_ms": {name: round(ms, 3) for name, ms in parts.items()},

@@ -207,9 +207,8 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _server_trees(comm: str) -> list[int]:
-    """Every process named ``comm`` whose parent is not: the servers' own processes, with
-    their children (PostgreSQL's backends)."""
+def _roots(comm: str) -> list[int]:
+    """The processes named ``comm`` whose parent is not: each server's own process."""
     roots = []
     for path in Path("/proc").glob("[0-9]*/comm"):
         try:
@@ -221,25 +220,41 @@ def _server_trees(comm: str) -> list[int]:
             continue
         if _comm(parent) != comm:
             roots.append(pid)
-    return [pid for root in roots for pid in (root, *_children(root))]
+    return roots
 
 
-def postgres_pids() -> list[int]:
-    """PostgreSQL's postmaster and backends: the embedded one when it runs here, otherwise
-    every PostgreSQL on this machine (a bench on a shared machine counts the others' too)."""
+def postgres_roots() -> list[int]:
+    """PostgreSQL's postmaster: the embedded one when it runs here, otherwise every
+    PostgreSQL on this machine (a bench on a shared machine counts the others' work too)."""
     pg_pid = embedded.PG_DATA / "postmaster.pid"
     if pg_pid.exists():
-        master = int(pg_pid.read_text().split("\n", 1)[0])
-        return [master, *_children(master)]
-    return _server_trees("postgres")
+        return [int(pg_pid.read_text().split("\n", 1)[0])]
+    return _roots("postgres")
 
 
-def redis_pids() -> list[int]:
+def redis_roots() -> list[int]:
     """The embedded Redis when it runs here, otherwise every redis-server on this machine."""
     redis_pid = embedded.REDIS_DIR / "redis.pid"
     if redis_pid.exists():
         return [int(redis_pid.read_text().strip())]
-    return _server_trees("redis-server")
+    return _roots("redis-server")
+
+
+def postgres_pids() -> list[int]:
+    """PostgreSQL's postmasters (see postgres_roots) and their backends."""
+    return [pid for root in postgres_roots() for pid in (root, *_children(root))]
+
+
+def redis_pids() -> list[int]:
+    return redis_roots()
+
+
+def tree_cpu(roots: list[int]) -> dict[int, float]:
+    """{server: CPU seconds so far of it and its children}: the server's own and that of its
+    children that have exited (PostgreSQL's backends of short-lived connections, such as a
+    Celery task's, are gone before they could be read), plus the living children's. Compare
+    two readings per server: one that started or stopped in between is no part of a delta."""
+    return {root: cpu_seconds([root], reaped=True) + cpu_seconds(_children(root)) for root in roots}
 
 
 def rss_mb(pid: int) -> float | None:
