@@ -20,6 +20,7 @@ changed by the Lua scripts lua/room_*.lua:
 """
 
 import hashlib
+import json
 import logging
 import secrets
 import time
@@ -214,6 +215,22 @@ def room_status(activity: ActivitySnapshot, *, now: datetime, fresh: bool = Fals
     status = _room_status_now(activity, now=now)
     _status.put(activity.id, status, getattr(settings, "SECKILL_ROOM_STATUS_TTL", 0.5))
     return status
+
+
+# activity id -> (the status, its JSON): made once per status, the same for every caller.
+_status_json: ProcessMemory[int, tuple[RoomStatus, bytes]] = ProcessMemory(
+    "seckill.room.status_json", max_entries=10_000
+)
+
+
+def status_bytes(activity_id: int, status: RoomStatus) -> bytes:
+    """The status as JSON bytes, made once per status."""
+    made = _status_json.get(activity_id)
+    if made is not None and made[0] is status:
+        return made[1]
+    body = json.dumps(status.as_json(), separators=(",", ":")).encode()
+    _status_json.put(activity_id, (status, body), 5.0)
+    return body
 
 
 def _room_status_now(activity: ActivitySnapshot, *, now: datetime) -> RoomStatus:

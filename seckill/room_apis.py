@@ -1,9 +1,11 @@
 """The waiting room's JSON API (docs/WAITING-ROOM.md): join, the room's status (the same for
 everyone, cacheable for a second), a ticket when let in, the draw's evidence."""
 
+import functools
 import ipaddress
 
 from django.conf import settings
+from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -11,11 +13,12 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import api_error_of
 from stock.scripts import RateLimit
 
-from .apis import NO_STORE, snapshot_or_404
+from .apis import NO_STORE, error_json, snapshot_or_404
 from .gates import TrafficLimits, client_ip, rate_parse, traffic_limits_check
-from .room import estimate_seconds, room_draw, room_join, room_status, room_ticket_issue
+from .room import estimate_seconds, room_draw, room_join, room_status, room_ticket_issue, status_bytes
 from .selectors import ActivitySnapshot
 from .serializers import ErrorSerializer
 
@@ -83,6 +86,30 @@ class RoomStatusApi(APIView):
     def get(self, request, activity_id: int):
         status = room_status(snapshot_or_404(activity_id), now=timezone.now())
         return Response(status.as_json(), headers={"Cache-Control": STATUS_CACHE})
+
+
+_status_drf = RoomStatusApi.as_view()
+
+
+def room_status_view(request, activity_id: int):
+    """GET /api/activities/<id>/room: the status as bytes without DRF's request machinery
+    (the same answer as RoomStatusApi, which documents it and answers anything else)."""
+    if request.method != "GET":
+        return _status_drf(request, activity_id=activity_id)
+    try:
+        activity = snapshot_or_404(activity_id)
+        status = room_status(activity, now=timezone.now())
+    except Exception as exc:
+        known = api_error_of(exc)
+        if known is None:
+            raise
+        return error_json(known)
+    response = HttpResponse(status_bytes(activity.id, status), content_type="application/json")
+    response["Cache-Control"] = STATUS_CACHE
+    return response
+
+
+functools.update_wrapper(room_status_view, _status_drf)
 
 
 class RoomJoinApi(APIView):
