@@ -36,3 +36,17 @@ def test_the_room_page_is_the_same_for_everyone_and_speaks_both_languages(client
     assert again.status_code == 304
     direct = make_activity(stock=1)
     assert client.get(f"/seckill/{direct.pk}/room/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_sale_page_of_a_room_sale_leads_to_the_room(client):
+    from tests.factories import make_activity
+
+    from .conftest import room_sale
+
+    activity = room_sale(stock=3)
+    page = client.get(f"/seckill/{activity.pk}/").content.decode()
+    assert f'href="/seckill/{activity.pk}/room/"' in page
+    chinese = client.get(f"/zh-hans/seckill/{activity.pk}/").content.decode()
+    assert f'href="/zh-hans/seckill/{activity.pk}/room/"' in chinese and "排队室" in chinese
+    assert "room-link" not in client.get(f"/seckill/{make_activity(stock=1).pk}/").content.decode()
