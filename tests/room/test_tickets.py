@@ -126,3 +126,16 @@ def test_ticket_needs_a_turn():
     assert c2.post(f"/api/activities/{activity.pk}/room/join").json()["place"] == 2
     refused = c2.post(f"/api/activities/{activity.pk}/room/ticket")
     assert (refused.status_code, refused.json()["code"]) == (403, "not_admitted")
+
+
+def test_the_status_costs_one_tick_per_process_per_lifetime_however_many_poll(redis_spy, settings):
+    settings.SECKILL_ROOM_STATUS_TTL = 60  # longer than the test: every poll after the first is from memory
+    activity = room_sale(stock=5)
+    anonymous = APIClient()
+    first = anonymous.get(f"/api/activities/{activity.pk}/room")
+    assert first.status_code == 200 and first["Cache-Control"] == "public, max-age=1"
+    redis_spy.clear()
+    answers = [anonymous.get(f"/api/activities/{activity.pk}/room") for _ in range(300)]
+    assert {a.status_code for a in answers} == {200}
+    assert {a.content for a in answers} == {first.content}  # the same bytes for everyone
+    assert redis_spy == []  # no tick, no read: the room's cost does not grow with the pollers
