@@ -51,15 +51,38 @@ def _heal(stack: Stack, ctx: dict) -> str:
 
 
 def _kill_slot_primary(stack: Stack, ctx: dict) -> str:
+    """The link between the primary holding the sale's slot and its replica drops every
+    packet for 2 s while the sale goes on — the primary keeps answering, asynchronous
+    replication falls behind (its stream waits in the primary's retransmission queue) —
+    then the primary is SIGKILLed and the link healed: the replica is promoted without the
+    writes it missed. (A SIGSTOPped replica would not do: the kernel keeps receiving its
+    stream for it.)"""
+    import redis
+
     key = f"seckill:{{a{ctx['activity']}}}:stock"
     host = stack.cluster_primary_of(key)
+    info = redis.Redis(host=stack.addr(host), port=REDIS_PORT, socket_timeout=2).info("replication")
+    replica_address = info["slave0"]["ip"] if isinstance(info.get("slave0"), dict) else ""
+    replica = next((h for h in CLUSTER if stack.addr(h) == replica_address), "")
     ctx["killed"] = host
+    lag = 0.0
+    if replica:
+        stack.net.cut(host, [replica])
+        stack.net.cut(replica, [host])
+        paused, ctx["cut_from"] = time.monotonic(), time.time()
+        wait_until(lambda: time.monotonic() - paused >= 2.0, timeout=5, what="the replica to fall behind")
+        lag = round(time.monotonic() - paused, 2)
     stack.procs[host].kill()
+    ctx["cut_to"] = time.time()
+    stack.net.heal()
     started = time.monotonic()
     wait_until(lambda: stack.cluster_primary_of(key) != host, timeout=60, what="a replica promoted")
     ctx["failover_s"] = round(time.monotonic() - started, 2)
     promoted = stack.cluster_primary_of(key)
-    return f"SIGKILL {host} (primary of the activity's slot); {promoted} promoted in {ctx['failover_s']} s"
+    return (
+        f"{host}-{replica or 'its replica'} link dropped for {lag} s, then SIGKILL {host} (the sale's primary); "
+        f"{promoted} promoted in {ctx['failover_s']} s"
+    )
 
 
 def _restart_killed(stack: Stack, ctx: dict) -> str:
@@ -348,6 +371,15 @@ def run_drill(stack: Stack, drill: Drill, sale: Sale, run: int, log, *, label: s
             + ([drill.note] if drill.note else [])
             + [f"identity check: {e[-200:]}" for e in identity_events[:2]],
             **({"failover_s": ctx["failover_s"]} if "failover_s" in ctx else {}),
+            **(
+                {
+                    "202_while_the_replica_was_cut_off": sum(
+                        1 for r in records if r["status"] == 202 and ctx["cut_from"] <= r["answered"] <= ctx["cut_to"]
+                    )
+                }
+                if "cut_from" in ctx
+                else {}
+            ),
             **({"opened_s_before_start": ctx["opened_s_before_start"]} if "opened_s_before_start" in ctx else {}),
         }
     )
