@@ -409,29 +409,33 @@ class Bench:
         of the run is written."""
         cache = "tokens in the shared cache" if pool == "cached" else "tokens not cached"
         name = f"purchase (202), {cache}" if shards == 1 else f"purchase, S = {shards} shards (context)"
-        activity = activity_new(title=f"bench {name} c={c}", stock=BIG_STOCK, shards=shards)
-        tokens = self.fresh_tokens(pool, f"{pool}-{shards}-{c}")
-        cpu_before = self.system_cpu()
-        result = self.wrk(
-            f"{name} c={c}",
-            method="POST",
-            path=f"/api/activities/{activity.pk}/purchase",
-            connections=c,
-            tokens_file=tokens,
-            body=self.purchase_body(activity),
-        )
-        drain = self.orders_drained(activity.pk)
-        cpu = self.cpu_per_request(cpu_before, self.system_cpu(), result.requests)
-        self.row(
-            name,
-            c,
-            result,
-            expected={"202"},
-            note=self.consumed(pool, result.requests),
-            orders_drained_s=round(drain, 1),
-            **cpu,
-            **self.checked(activity.pk),
-        )
+        lopsided_first = ""
+        for attempt in (1, 2):
+            activity = activity_new(title=f"bench {name} c={c} #{attempt}", stock=BIG_STOCK, shards=shards)
+            tokens = self.fresh_tokens(pool, f"{pool}-{shards}-{c}-{attempt}")
+            cpu_before = self.system_cpu()
+            result = self.wrk(
+                f"{name} c={c}",
+                method="POST",
+                path=f"/api/activities/{activity.pk}/purchase",
+                connections=c,
+                tokens_file=tokens,
+                body=self.purchase_body(activity),
+            )
+            drain = self.orders_drained(activity.pk)
+            cpu = self.cpu_per_request(cpu_before, self.system_cpu(), result.requests)
+            note = self.consumed(pool, result.requests)
+            checked = self.checked(activity.pk)
+            if attempt == 1 and result.lopsided:
+                # Measured again on a new activity with the next shoppers: a run's answers
+                # depend on who has bought before, so the same run cannot be repeated.
+                say(f"{name} c={c}: keep-alive imbalance ({result.lopsided}); measuring it again")
+                lopsided_first = result.lopsided
+                continue
+            break
+        if lopsided_first:
+            result.extra["repeated_after"] = lopsided_first
+        self.row(name, c, result, expected={"202"}, note=note, orders_drained_s=round(drain, 1), **cpu, **checked)
 
     def naive(self, c: int) -> None:
         activity = activity_new(title=f"bench db-direct c={c}", stock=BIG_STOCK, warm=False)
