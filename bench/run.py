@@ -55,7 +55,9 @@ def say(message: str) -> None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10, help="length of each wrk run (default 10)")
-    parser.add_argument("--connections", default="50,200", help="comma-separated wrk connection counts")
+    parser.add_argument(
+        "--connections", default=None, help="comma-separated wrk connection counts (default 50,200; --quick: 50)"
+    )
     parser.add_argument(
         "--quick", action="store_true", help="a trial: 3 s runs, c=50 only, no drain or engine, docs/ left alone"
     )
@@ -143,7 +145,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.quick:
         args.seconds, args.no_report = min(args.seconds, 3), True
-        args.connections = "50" if args.connections == "50,200" else args.connections
+        args.connections = args.connections or "50"
         if args.only == ",".join(DEFAULT_SCENARIOS):
             args.only = ",".join(s for s in DEFAULT_SCENARIOS if s not in ("drain", "engine"))
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -153,7 +155,7 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown scenario(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
-    connections = [int(c) for c in args.connections.split(",")]
+    connections = [int(c) for c in (args.connections or "50,200").split(",")]
     ensure_wrk()
 
     run_started = time.monotonic()
