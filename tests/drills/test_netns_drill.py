@@ -73,10 +73,11 @@ def test_short_partition_drill_every_verdict_passes(tmp_path):
             "no unit returned twice", "reconciliation identities", "anomalies explained by the fault",
             "no 5xx but 503 busy"} <= names  # fmt: skip
     figures = outcome["figures"]
-    # Every unit sold (150: web-b through Redis, web-a's share of the reserve through the
-    # database while it was cut off), each to one shopper who got a 202.
-    assert figures["orders"] == figures["live_units"] == 150, figures
-    assert figures["accepted"] == 150, figures
+    # Redis's 147 units sold (through web-b, and web-a once healed), and what web-a's
+    # breaker sold of the 3-unit database reserve while it was cut off; each unit to one
+    # shopper who got a 202.
+    assert figures["orders"] == figures["live_units"] == figures["accepted"], figures
+    assert 147 <= figures["orders"] <= 150, figures
     assert "| **verdict** | **pass** |" in verdicts["table"]
     assert not _leftovers(1), "the drill left namespaces or links"
     assert not _processes_mentioning(str(run_dir)), "the drill left processes running"
