@@ -104,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     log(f"stack up in {time.monotonic() - started:.0f} s; hosts with a route out: {outside or 'none'}")
 
     outcomes: list[Outcome] = []
-    extra: dict = {"latency_ms": args.latency_ms, "netem": stack.net.netem or "applied"}
+    extra: dict = {
+        "latency_ms": args.latency_ms,
+        "netem": stack.net.netem or "applied",
+        "hosts_with_a_route_out": outside,
+        "addresses": {name: host.address for name, host in stack.net.hosts.items()},
+    }
     for run, number in enumerate(numbers, 1):
         drill = DRILLS[number]
         if number == 5:

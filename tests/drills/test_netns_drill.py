@@ -79,6 +79,10 @@ def test_short_partition_drill_every_verdict_passes(tmp_path):
     assert figures["orders"] == figures["live_units"] == figures["accepted"], figures
     assert 147 <= figures["orders"] <= 150, figures
     assert "| **verdict** | **pass** |" in verdicts["table"]
+    # The fault was there: web-a answered busy while it could not reach the cluster.
+    assert figures["answers"].get("503", 0) > 0, figures
+    assert verdicts["hosts_with_a_route_out"] == []
+    assert all(a.startswith("198.18.1.") for a in verdicts["addresses"].values()), verdicts["addresses"]
     assert not _leftovers(1), "the drill left namespaces or links"
     assert not _processes_mentioning(str(run_dir)), "the drill left processes running"
 
