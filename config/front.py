@@ -1,19 +1,24 @@
-"""The front of the server: a purchase whose answer is the same for every caller is
-answered here, from this process's memory, before Django builds a request.
+"""The front of the server: a purchase whose refusal this process's memory already knows
+is answered here, on the event loop, before Django builds a request.
 
-API.md lets four refusals come before authentication and before the body is read: no
-such activity (404), not started or ended (403), sold out (410). In a flood nearly every
-request after the sell-out is one of them; answered by the full path each costs a Django
-request, the middleware, the URL resolver and the token lookup, for an answer known in
-advance. ``EarlyAnswers`` asks ``seckill.gates.purchase_early_refusal`` — the rules' one
-home, the same checks the full path runs — and answers at once when it has a refusal;
-everything else goes on to the app behind it.
+**The same for every caller.** API.md lets four refusals come before authentication and
+before the body is read: no such activity (404), not started or ended (403), sold out
+(410). After a sell-out, and before the start, nearly every request of a flood is one of
+them. ``seckill.gates.purchase_early_refusal`` decides them from the activity and
+sold-out memories.
 
-**The connection stays honest.** The answer is decided before the body is read. The
-body is read now (one receive: it usually came with the headers) so the connection can
-carry the client's next request; a body that is not all there yet is left unread and the
-answer says ``Connection: close``, so no client reuses a connection the server is about
-to close.
+**Decided by memory.** A token-authenticated JSON purchase from a shopper this process
+knows is run through ``seckill.gates.purchase_remembered_refusal`` — ``purchase_admit``
+itself, stopped where it would count against the limits in Redis — so a shopper this
+process remembers over a limit (429) or as having taken part (409), a bad token or an
+invalid body are answered without the thread hop and Django's request.
+
+Both ask the rules' one home in ``seckill.gates``; whatever the memory cannot decide goes
+on to the app behind, the body already read handed on with it.
+
+**The connection stays honest.** An early answer does not wait for a body still
+arriving: it is left unread and the answer says ``Connection: close``, so no client reuses
+a connection the server is about to close.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from django.urls import reverse
 from config.request_log import HEADER as REQUEST_ID_HEADER
 from config.request_log import request_id_of
 from core.errors import ApiError
-from seckill.gates import purchase_early_refusal
+from seckill.gates import purchase_early_refusal, purchase_remembered_refusal
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
 
 _PLACEHOLDER = 987654321
+# A purchase's body is a few dozen bytes; a larger one goes the full way.
+MAX_BODY = 4096
 
 
 def purchase_path_pattern() -> re.Pattern[str]:
@@ -63,7 +70,9 @@ def security_headers(*, secure: bool) -> list[tuple[bytes, bytes]]:
 
 
 class EarlyAnswers:
-    """ASGI, outermost: see the module's docstring."""
+    """ASGI, outermost: see the module's docstring. Only ``POST`` to the purchase URL is
+    looked at; a ``Host`` that is not allowed or plain HTTP under SECURE_SSL_REDIRECT goes
+    on untouched, for Django's middleware to answer."""
 
     def __init__(self, app):
         self.app = app
@@ -81,10 +90,34 @@ class EarlyAnswers:
         if scope["type"] == "http" and scope["method"] == "POST":
             match = self.purchase_path.fullmatch(scope["path"])
             if match is not None and self.answerable(scope):
-                refusal = purchase_early_refusal(int(match.group(1)))
-                if refusal is not None:
-                    return await self.answer(refusal, scope, receive, send)
+                return await self.purchase(int(match.group(1)), scope, receive, send)
         return await self.app(scope, receive, send)
+
+    async def purchase(self, activity_id: int, scope, receive, send) -> None:
+        refusal = purchase_early_refusal(activity_id)
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body, more_body = message.get("body", b""), message.get("more_body", False)
+        if refusal is None and not more_body and len(body) <= MAX_BODY:
+            refusal = self.remembered_refusal(activity_id, scope, body)
+        if refusal is not None:
+            # Early answers do not wait for a body still arriving: it is never read.
+            return await self.respond(refusal, scope, send, close=more_body)
+        return await self.app(scope, _replayed(message, receive), send)
+
+    def remembered_refusal(self, activity_id: int, scope, body: bytes) -> ApiError | None:
+        """A token-authenticated JSON purchase whose refusal this process's memory decides."""
+        authorization = _header(scope, b"authorization") or ""
+        content_type = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "token" or not token or " " in token or content_type != "application/json":
+            return None
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            return None  # the full path answers 400
+        return purchase_remembered_refusal(FrontRequest(scope), activity_id=activity_id, token=token, data=data)
 
     def answerable(self, scope) -> bool:
         """What Django's middleware would answer first stays theirs: a Host that is not
@@ -97,10 +130,7 @@ class EarlyAnswers:
             return any(pattern.search(path) for pattern in self.redirect_exempt)
         return True
 
-    async def answer(self, refusal: ApiError, scope, receive, send) -> None:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
+    async def respond(self, refusal: ApiError, scope, send, *, close: bool) -> None:
         body = json.dumps({"code": refusal.code, "detail": refusal.detail}).encode()
         request_id = request_id_of(_header(scope, b"x-request-id") or "")
         headers = [
@@ -109,11 +139,36 @@ class EarlyAnswers:
             (REQUEST_ID_HEADER.lower().encode("ascii"), request_id.encode("ascii")),
             *((name.lower().encode("ascii"), value.encode("latin1")) for name, value in refusal.headers().items()),
         ]
-        if message.get("more_body", False):
-            headers.append((b"connection", b"close"))  # the rest of the body is never read
+        if close:
+            headers.append((b"connection", b"close"))
         purchase_outcome_count(refusal.code)
         await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+class FrontRequest:
+    """What the purchase's checks read of a request (``META``: the client's address and
+    headers, as Django names them), built from the ASGI scope without a Django request."""
+
+    __slots__ = ("META",)
+
+    def __init__(self, scope):
+        meta: dict[str, str] = {"REMOTE_ADDR": scope["client"][0] if scope.get("client") else ""}
+        for name, value in scope["headers"]:
+            key = "HTTP_" + name.decode("latin1").upper().replace("-", "_")
+            text = value.decode("latin1")
+            meta[key] = f"{meta[key]},{text}" if key in meta else text
+        self.META = meta
+
+
+def _replayed(message, receive):
+    """A receive that hands the app the message read already, then the rest."""
+    pending = [message]
+
+    async def replay():
+        return pending.pop() if pending else await receive()
+
+    return replay
 
 
 def _secure(scope) -> bool:

@@ -7,6 +7,7 @@ nothing, the rate limits one call of lua/shopper_gate.lua (which also looks up t
 token of a shopper this process has not met), eligibility a cached read.
 """
 
+import functools
 import hmac
 import ipaddress
 import json
@@ -41,6 +42,7 @@ from .selectors import (
     shopper_facts,
 )
 from .soldout import sold_out_known
+from .took_part import took_part_known, took_part_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +125,17 @@ def purchase_sold_out_check(activity: ActivitySnapshot) -> None:
     """Redis said "nothing left" less than SECKILL_SOLD_OUT_TTL ago: answer as it would."""
     if sold_out_known(activity.id):
         raise ApiError(410, "sold_out", "Sold out.")
+
+
+def purchase_took_part_check(activity: ActivitySnapshot, user_id: int) -> None:
+    """Redis said this shopper took part less than SECKILL_DUPLICATE_TTL ago: answer as it
+    would, before the count against the limits."""
+    if took_part_known(activity.id, user_id):
+        raise took_part_refusal()
+
+
+# Called with the shopper's user id before the count against the limits.
+BeforeCount = Callable[[int], None]
 
 
 def activity_absent() -> ApiError:
@@ -308,20 +321,25 @@ def traffic_limits_check(limits: TrafficLimits, *, user_id: int) -> None:
         _limits_verdict(limits, reply, user_id)
 
 
-def token_shopper_limited(limits: TrafficLimits, *, token: str, count: bool, failures: RateLimit | None = None) -> int:
-    """The user id of an API token, and (``count``) the limits counted and checked, in
-    one round trip for a shopper this process has not met yet (the shared token cache, the
-    token filter and the counters live in the same Redis). Raises AuthenticationFailed for
-    an unknown token, ApiError 429 when over a limit or when the address (``failures``)
-    failed to authenticate too often."""
+def token_shopper_limited(
+    limits: TrafficLimits, *, token: str, before_count: BeforeCount | None, failures: RateLimit | None = None
+) -> int:
+    """The user id of an API token, and (``before_count``: called with the user id first)
+    the limits counted and checked, in one round trip for a shopper this process has not
+    met yet (the shared token cache, the token filter and the counters live in the same
+    Redis). Raises AuthenticationFailed for an unknown token, ApiError 429 when over a
+    limit or when the address (``failures``) failed to authenticate too often."""
     known = token_known(token)
     if known is not None:
-        if count:
+        if before_count is not None:
+            before_count(known.user_id)
             traffic_limits_check(limits, user_id=known.user_id)
         return known.user_id
-    count = count and limits.any
+    count = before_count is not None and limits.any
     reply = _gate_call(limits, token=token, user_id=None, count=count, failures=failures)
     shopper, counted = token_shopper_of_reply(token, reply, failures=failures)
+    if before_count is not None:
+        before_count(shopper.user_id)
     if not counted:
         # The database answered (or Redis is away): the limits on their own.
         if count and reply is not None:
@@ -423,9 +441,10 @@ class Admitted:
     now: datetime
 
 
-# Authenticates the shopper (raising AuthenticationFailed or ApiError 401) and, when asked,
-# counts and checks the limits (429); returns the user id.
-Identify = Callable[[TrafficLimits, bool], int]
+# Authenticates the shopper (raising AuthenticationFailed or ApiError 401) and returns the
+# user id; with a BeforeCount (the purchase passed its checks so far), calls it with the
+# user id, then counts and checks the limits (429).
+Identify = Callable[[TrafficLimits, "BeforeCount | None"], int]
 
 
 def purchase_admit(request, *, activity: ActivitySnapshot, data, now: datetime, identify: Identify) -> Admitted:
@@ -442,7 +461,8 @@ def purchase_admit(request, *, activity: ActivitySnapshot, data, now: datetime, 
         purchase_local_check(activity, body=body, now=now)
     except ApiError as exc:
         refused = exc
-    user_id = identify(activity_limits(request, activity, endpoint="purchase"), refused is None)
+    before_count = functools.partial(purchase_took_part_check, activity) if refused is None else None
+    user_id = identify(activity_limits(request, activity, endpoint="purchase"), before_count)
     if refused is not None:
         raise refused
     assert body is not None
@@ -452,11 +472,50 @@ def purchase_admit(request, *, activity: ActivitySnapshot, data, now: datetime, 
     return Admitted(activity, user_id, body, now)
 
 
+class NotRemembered(Exception):
+    """Deciding needs Redis or the database: the full path answers."""
+
+
+def purchase_remembered_refusal(request, *, activity_id: int, token: str, data) -> ApiError | None:
+    """The refusal of a token-authenticated purchase that this process's memory alone
+    decides, with no I/O (the server's front calls it on its event loop). It *is*
+    ``purchase_admit``, with an ``identify`` that knows the shopper from the token memory
+    and stops where the full path would count against the limits in Redis: so a body that
+    is not valid (400), a bad token (403), a remembered sold-out (410), duplicate (409) or
+    limit (429) are answered as the full path answers them. None when the memory does not
+    know the activity, its token or the shopper, or nothing it remembers refuses."""
+    _known, activity = activity_snapshot_remembered(activity_id)
+    if activity is None or not activity.purchase_token:
+        return None  # the early answers' business, or the first caller makes the token
+    try:
+        shopper = token_known(token)
+    except AuthenticationFailed:
+        return None  # the full path answers 401
+    if shopper is None:
+        return None
+
+    def identify(limits: TrafficLimits, before_count: BeforeCount | None) -> int:
+        if before_count is None:
+            return shopper.user_id
+        before_count(shopper.user_id)
+        _limits_remembered(limits, shopper.user_id)
+        raise NotRemembered  # counting needs Redis
+
+    try:
+        purchase_admit(request, activity=activity, data=data, now=timezone.now(), identify=identify)
+    except NotRemembered:
+        return None
+    except ApiError as exc:
+        return exc
+    return None  # not reached: identify stops every purchase that passed the checks
+
+
 def known_shopper(user_id: int) -> Identify:
     """For a request already authenticated (the DRF view): only the limits to count."""
 
-    def identify(limits: TrafficLimits, count: bool) -> int:
-        if count:
+    def identify(limits: TrafficLimits, before_count: BeforeCount | None) -> int:
+        if before_count is not None:
+            before_count(user_id)
             traffic_limits_check(limits, user_id=user_id)
         return user_id
 
@@ -490,8 +549,10 @@ def token_purchase_admit(request, *, activity_id: int) -> Admitted | None:
         # it, after authentication (the DRF view's order), not before.
         return None
 
-    def identify(limits: TrafficLimits, count: bool) -> int:
-        return token_shopper_limited(limits, token=auth[1], count=count, failures=auth_failure_limit(request))
+    def identify(limits: TrafficLimits, before_count: BeforeCount | None) -> int:
+        return token_shopper_limited(
+            limits, token=auth[1], before_count=before_count, failures=auth_failure_limit(request)
+        )
 
     try:
         return purchase_admit(request, activity=activity, data=data, now=now, identify=identify)

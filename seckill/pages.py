@@ -13,7 +13,7 @@ from django.utils import translation
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
-from core.memory import ProcessMemory
+from core.memory import ProcessMemory, shallow_size
 
 from .activities import activity_flag
 from .models import Activity
@@ -101,7 +101,12 @@ def page_strings() -> dict[str, str]:
 
 
 # _page_inputs(...) -> the page; no expiry (a change is a new key): the oldest go first.
-_rendered: ProcessMemory[tuple, RenderedPage] = ProcessMemory("seckill.pages.rendered", max_entries=256)
+_rendered: ProcessMemory[tuple, RenderedPage] = ProcessMemory(
+    "seckill.pages.rendered",
+    max_entries=256,
+    max_bytes=16 * 1024 * 1024,
+    size_of=lambda inputs, page: shallow_size(inputs, page) + len(getattr(page, "body", b"")),
+)
 
 
 def _page_inputs(activity: Activity, language: str) -> tuple:

@@ -17,6 +17,7 @@ from .selectors import (
     ActivitySnapshot,
 )
 from .soldout import sold_out_note
+from .took_part import took_part_refusal, took_part_remember
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +68,14 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     whole_stock = not StockLayout(activity.id, activity.shards).sharded
     if whole_stock and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
         sold_out_note(activity.id, reply.remaining)  # "none left" is answered here, without Redis, for a moment
+    if reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE):
+        took_part_remember(activity.id, user_id)  # a retry is answered 409 here, for a moment
     if reply.code == ScriptCode.RESERVED:
         if reply.kick:
             _enqueue_drain(activity.id)
         return Reserved(reply.reservation_id, reply.remaining)
     if reply.code == ScriptCode.DUPLICATE:
-        raise ApiError(409, "duplicate", "You have already taken part in this sale.")
+        raise took_part_refusal()
     if reply.code == ScriptCode.SOLD_OUT:
         raise ApiError(410, "sold_out", "Sold out.")
     if reply.code == ScriptCode.NOT_WARMED:

@@ -109,6 +109,7 @@ def test_threads_writing_and_reading_at_once_keep_the_bound():
         thread.join()
     assert errors == []
     assert len(memory) <= 500
+    assert memory.bytes == sum(memory.size_of(k, memory.stale(k)) for k in list(memory._entries))
     # What is left is what was written: a worker's own key holds its round, a shared one a worker.
     assert all(memory.stale((n, i), i) == i for n in range(THREADS) for i in range(ROUNDS))
     assert {memory.stale(("shared", k)) for k in range(50)} <= {*range(THREADS), None}
@@ -208,3 +209,32 @@ def test_forget_all_reaches_every_cache_and_singleton_of_the_project():
 def test_max_entries_must_allow_one_entry():
     with pytest.raises(ValueError, match="at least 1"):
         ProcessMemory("test.empty", max_entries=0)
+
+
+def test_a_memory_keeps_within_its_bytes_dropping_the_oldest():
+    memory = ProcessMemory("test.bytes", max_entries=1000, max_bytes=10_000, size_of=lambda key, value: len(value))
+    for i in range(100):
+        memory.put(i, b"x" * 500)
+        assert memory.bytes <= 10_000
+    assert len(memory) == 20
+    assert sorted(memory._entries) == list(range(80, 100))  # the newest
+    memory.put(99, b"y" * 100)  # a rewrite counts its new size, not both
+    assert memory.bytes == 19 * 500 + 100
+    memory.put("huge", b"z" * 20_000)  # larger than the whole memory: not kept, nothing else lost
+    assert "huge" not in memory
+    memory.pop(98)
+    assert memory.bytes == 18 * 500 + 100
+    memory.clear()
+    assert memory.bytes == 0
+
+
+def test_every_memory_of_the_project_stays_within_its_entries_and_bytes_under_a_flood_of_new_keys():
+    """30,000 distinct shoppers' worth of keys and more, into every memory: none grows past
+    its bounds (the token memory's key is a 40-character token, as a real one)."""
+    assert authentication and limited and pages and selectors  # imported: their memories exist
+    for memory in core.memory.memories():
+        for i in range(memory.max_entries + 1000):
+            memory.put((f"{i:040d}", i), ("value", i), ttl=3600)
+        assert len(memory) <= memory.max_entries, memory
+        assert memory.bytes <= memory.max_bytes, memory
+    core.memory.forget_all()

@@ -35,6 +35,7 @@ SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=0.0
 SECKILL_LIST_CACHE_TTL = env.float("SECKILL_LIST_CACHE_TTL", default=0.0)
 # Gates that remember or limit are off unless a test (or the process it starts) asks.
 SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=0.0)
+SECKILL_DUPLICATE_TTL = env.float("SECKILL_DUPLICATE_TTL", default=0.0)
 # The suite's Redis servers keep nothing on disk; the tests about it turn this off.
 SECKILL_ALLOW_VOLATILE_REDIS = env.bool("SECKILL_ALLOW_VOLATILE_REDIS", default=True)
 SECKILL_RATE_PER_USER = env("SECKILL_RATE_PER_USER", default="off")

@@ -17,11 +17,13 @@ from core.errors import ApiError
 from orders.models import Order
 from orders.services import order_cancel
 from seckill.activities import activity_token_ensure
-from seckill.gates import known_shopper, purchase_admit, purchase_early_refusal
+from seckill.gates import known_shopper, purchase_admit, purchase_early_refusal, purchase_remembered_refusal
 from seckill.models import Activity
 from seckill.replay import reservations_drain
 from seckill.selectors import activity_snapshot, activity_snapshot_forget
 from seckill.soldout import sold_out_forget
+from stock.keys import ActivityKeys
+from stock.redis_client import stock_redis
 
 from ..factories import make_activity, make_users, token_of
 from ..helpers import asgi_call
@@ -37,6 +39,7 @@ def remembering(settings):
     """The production memories (the test settings keep none): the front answers from them."""
     settings.SECKILL_ACTIVITY_CACHE_TTL = 30
     settings.SECKILL_SOLD_OUT_TTL = 30
+    settings.SECKILL_DUPLICATE_TTL = 30
 
 
 def _buy(app, activity_id: int, key: str, token: str) -> dict:
@@ -63,6 +66,26 @@ def _early_then_full(activity_id: int, key: str, token: str) -> tuple[dict, dict
     """The front's answer, which must have come from its memory, and the full path's."""
     assert purchase_early_refusal(activity_id) is not None, "the front should know this answer"
     return _buy(front, activity_id, key, token), _buy(full_path, activity_id, key, token)
+
+
+def _remembered_then_full(activity_id: int, key: str, body: dict) -> tuple[dict, dict]:
+    """The front's answer to a shopper it knows, decided by its memory alone, and the full path's."""
+    request = RequestFactory().post("/", REMOTE_ADDR="127.0.0.1")
+    refusal = purchase_remembered_refusal(request, activity_id=activity_id, token=key, data=body)
+    assert refusal is not None, "the front should know this answer"
+    early = asgi_call(
+        front, "POST", f"/api/activities/{activity_id}/purchase", headers={"Authorization": f"Token {key}"}, body=body
+    )
+    full = asgi_call(
+        full_path,
+        "POST",
+        f"/api/activities/{activity_id}/purchase",
+        headers={"Authorization": f"Token {key}"},
+        body=body,
+    )
+    for answer in (early, full):
+        answer["json"] = json.loads(answer["body"])
+    return early, full
 
 
 def test_an_unknown_activity_is_refused_early_as_the_full_path_refuses_it():
@@ -170,3 +193,51 @@ def test_what_the_front_does_not_know_goes_to_the_full_path(settings):
         body={"token": "x"},
     )
     assert bad_host["status"] == 400  # Django's DisallowedHost, as without the front
+
+
+def test_a_shopper_the_process_knows_is_refused_at_the_front_as_the_full_path_refuses_them(settings):
+    """Taken part (409, remembered after the stock script said so), a bad token, an invalid
+    body and over the limit (429, remembered until the window ends): a shopper whose token
+    this process remembers gets each from the front's memory, as from the full path."""
+    activity = make_activity(stock=10)
+    Activity.objects.filter(pk=activity.pk).update(rate_per_user="2/m")
+    activity_snapshot_forget(activity.pk)
+    token = activity_token_ensure(activity_id=activity.pk)
+    winner, other, hammering = (token_of(u) for u in make_users(3, prefix="remembered"))
+    assert _buy(front, activity.pk, winner, token)["status"] == 202  # the full path: the process meets them
+    early, full = _remembered_then_full(activity.pk, winner, {"token": token})
+    _same(early, full)
+    assert early["json"]["code"] == "duplicate"
+
+    assert _buy(front, activity.pk, other, "wrong")["json"]["code"] == "bad_token"  # known from now on
+    early, full = _remembered_then_full(activity.pk, other, {"token": "wrong"})
+    _same(early, full)
+    assert early["json"]["code"] == "bad_token"
+    early, full = _remembered_then_full(activity.pk, other, {"token": token, "quantity": 0})
+    _same(early, full)
+    assert early["json"]["code"] == "invalid_request"
+
+    # Without the duplicate memory every retry is counted: two a minute, then 429 from
+    # Redis's count, remembered until the window ends.
+    settings.SECKILL_DUPLICATE_TTL = 0
+    assert _buy(front, activity.pk, hammering, token)["status"] == 202
+    assert _buy(front, activity.pk, hammering, token)["json"]["code"] == "duplicate"
+    assert _buy(front, activity.pk, hammering, token)["json"]["code"] == "rate_limited"
+    early, full = _remembered_then_full(activity.pk, hammering, {"token": token})
+    _same(early, full)
+    assert early["json"]["code"] == "rate_limited"
+    assert early["headers"]["retry-after"]
+
+
+def test_what_the_memory_cannot_decide_reaches_the_stock_script_exactly_once():
+    """A known shopper with nothing remembered against them: the front hands the purchase,
+    body and all, to the full path, which reserves once."""
+    activity = make_activity(stock=3)
+    token = activity_token_ensure(activity_id=activity.pk)
+    key = token_of(make_users(1, prefix="handed")[0])
+    _buy(front, activity.pk, key, "wrong")  # the process meets the shopper
+    request = RequestFactory().post("/", REMOTE_ADDR="127.0.0.1")
+    assert purchase_remembered_refusal(request, activity_id=activity.pk, token=key, data={"token": token}) is None
+    answer = _buy(front, activity.pk, key, token)
+    assert answer["status"] == 202
+    assert int(stock_redis().get(ActivityKeys(activity.pk).stock)) == 2
