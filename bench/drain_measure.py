@@ -7,9 +7,15 @@ Starts (or reuses) the embedded PostgreSQL and Redis with the bench's own databa
 Redis databases (bench.stack.bench_environment). Each round makes N reservations on a
 fresh activity through the real purchase script, then runs
 ``seckill.replay.reservations_drain`` here, as the drain task does, and checks the
-invariants. Reports wall time, orders/s, and the CPU per order of this process (Python),
-of the PostgreSQL and of the Redis server processes. CPU per order is the figure that
-survives a busy machine; wall time does not. Quote the medians (of each column).
+invariants. Reports wall time, orders/s, the CPU per order of this process (Python), of
+the PostgreSQL and of the Redis server processes, and the SQL statements the drain sent
+per transaction. CPU per order is the figure that survives a busy machine; wall time does
+not. Quote the medians (of each column).
+
+PostgreSQL's CPU is that of every process of the embedded server; on a server given by
+DATABASE_URL (shared with others) it is that of this process's own backend only (no WAL
+writer or checkpointer). Redis's is the whole server's either way (on a shared server it
+includes the others' commands). ``SECKILL_ORDER_BATCH_SIZE=500`` measures another batch size.
 """
 
 from __future__ import annotations
@@ -21,6 +27,21 @@ import pstats
 import statistics
 import sys
 import time
+from collections import Counter
+
+
+def _statement_kind(sql: str) -> str:
+    """The first words of a statement, enough to tell the batch's statements apart."""
+    words = sql.split()
+    head = " ".join(words[:3]).upper()
+    if head.startswith("WITH"):
+        return "WITH (stock move + ledger)"
+    if head.startswith("INSERT INTO"):
+        return f"INSERT INTO {words[2]}"
+    if head.startswith("SELECT"):
+        table = next((w for k, w in enumerate(words[:-1]) if words[k - 1].upper() == "FROM"), "?")
+        return f"SELECT FROM {table}"
+    return " ".join(words[:2])
 
 
 def main(argv: list[str]) -> int:
@@ -48,9 +69,26 @@ def main(argv: list[str]) -> int:
 
         n = args.reservations
         # The same shoppers buy in every round: each round has its own activity.
-        user_ids = shoppers_create(n, stack.BASE_DIR / ".local" / "drain-tokens.txt")
+        tokens = stack.BASE_DIR / ".local" / "drain-tokens.txt"
+        tokens.parent.mkdir(exist_ok=True)
+        user_ids = shoppers_create(n, tokens)
         profiler = cProfile.Profile() if args.profile else None
         rounds = []
+        statements: Counter[str] = Counter()
+        transactions = 0
+
+        def count(execute, sql, params, many, context):
+            statements[_statement_kind(sql)] += 1
+            return execute(sql, params, many, context)
+
+        def count_commits(wrapped):
+            def commit():
+                nonlocal transactions
+                transactions += 1
+                return wrapped()
+
+            return commit
+
         for _ in range(args.rounds):
             activity = activity_new(title="drain measure", stock=n)
             client, keys = stock_redis(), ActivityKeys(activity.pk)
@@ -60,12 +98,23 @@ def main(argv: list[str]) -> int:
                     raise AssertionError(f"reservation for {user_id} failed: {reply}")
             connection.ensure_connection()  # its backend must be among the store's processes
             postgres, redis_server = stack.postgres_pids(), stack.redis_pids()
+            if not postgres:  # a server given by DATABASE_URL: this connection's backend
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    postgres = [cursor.fetchone()[0]]
+            if not redis_server:
+                redis_server = [int(client.info("server")["process_id"])]
 
             pg_before, redis_before = stack.cpu_seconds(postgres), stack.cpu_seconds(redis_server)
             cpu_before, wall_before = time.process_time(), time.perf_counter()
             if profiler:
                 profiler.enable()
-            outcome = reservations_drain(activity_id=activity.pk)
+            connection._commit = count_commits(connection._commit)  # type: ignore[method-assign]
+            try:
+                with connection.execute_wrapper(count):
+                    outcome = reservations_drain(activity_id=activity.pk)
+            finally:
+                del connection._commit
             if profiler:
                 profiler.disable()
             wall = time.perf_counter() - wall_before
@@ -89,6 +138,13 @@ def main(argv: list[str]) -> int:
         median = tuple(statistics.median(r[k] for r in rounds) for k in range(4))
         for label, (wall, *cpu) in [*((str(i + 1), r) for i, r in enumerate(rounds)), ("median", median)]:
             print(f"{label:>6} {wall:7.2f} {n / wall:9,.0f}", *(f"{ms:10.3f}" for ms in cpu), f"{sum(cpu):10.3f}")
+        per = max(transactions, 1)
+        print(
+            f"SQL per transaction: {sum(statements.values()) / per:.2f} statements + commit"
+            f" ({transactions} transactions, {sum(statements.values())} statements)"
+        )
+        for kind, number in statements.most_common():
+            print(f"  {number / per:6.2f}  {kind}")
         if profiler:
             print("(under cProfile: the Python figures are inflated)")
     return 0

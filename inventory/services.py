@@ -2,7 +2,8 @@
 
 Arithmetic is a conditional UPDATE (``version + 1``) in the database: zero rows updated
 means the stock is really gone, and nothing was written. Deductions and returns write the
-UPDATE and their ledger rows in one statement (``_stock_move``).
+UPDATE and their ledger rows in one statement (``_stock_move``); the consumer's deduction
+is in the statement that inserts the orders as well (``stock_deduct_inserting``).
 
 Two shares, one owner per unit (escrow): Redis's share is ``available - reserve`` and
 only orders of Redis reservations take from it; the reserve is sold only by the database
@@ -10,10 +11,12 @@ path (Redis away) and never loaded into Redis. Each move names its share, and it
 keeps that share from going below zero, so neither path can sell the other's unit.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
+import psycopg
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -69,11 +72,107 @@ def stock_reserve_release(*, activity_id: int) -> int | None:
     return None if row is None else int(row[0])
 
 
-# What each share's deduction guards and how it moves the reserve (``%(units)s`` > 0).
+class _PreparedCursor(psycopg.Cursor):
+    """Parameters bound by the server, and every statement prepared on its first use, with
+    binary parameters and results (psycopg's C loaders, no text parsing of timestamps)."""
+
+    def execute(self, query, params=None, *, prepare=None, binary=None):
+        result = super().execute(query, params, prepare=True, binary=True)
+        # psycopg keeps no query text for a prepared statement, and Django's query log
+        # (DEBUG, CaptureQueriesContext) reads it there: show it the text with its placeholders.
+        self._query = _LoggedQuery(query.encode() if isinstance(query, str) else query)  # type: ignore[assignment]
+        return result
+
+
+class _LoggedQuery(NamedTuple):
+    query: bytes
+
+
+# Django turns psycopg's automatic preparing off (prepare_threshold None), which also
+# refuses prepare=True. Its own cursors bind on the client and never prepare, so a
+# threshold no statement reaches only lets _PreparedCursor's statements be prepared.
+_NEVER_BY_COUNT = 1 << 30
+
+
+@contextmanager
+def prepared_cursor() -> Iterator[Any]:
+    """A cursor for the fixed-text statements the order pipeline runs once per batch:
+    PostgreSQL parses each once per connection, and the arrays travel as binary
+    parameters instead of literals in a text it would parse every time. It goes through
+    Django's wrappers (errors as django.db exceptions, execute wrappers, query logging).
+    A rollback makes psycopg forget its prepared statements; they are prepared again."""
+    connection.ensure_connection()
+    raw_connection = connection.connection
+    if raw_connection.prepare_threshold is None:
+        raw_connection.prepare_threshold = _NEVER_BY_COUNT
+    with connection._prepare_cursor(_PreparedCursor(raw_connection)) as cursor:  # type: ignore[attr-defined]
+        yield cursor
+
+
+# What each share's deduction guards and how it moves the reserve (``{units}`` > 0).
 _DEDUCT = {
-    Share.REDIS: ("available - reserve >= %(units)s", "reserve"),
-    Share.RESERVE: ("reserve >= %(units)s", "reserve - %(units)s"),
+    Share.REDIS: ("available - reserve >= {units}", "reserve"),
+    Share.RESERVE: ("reserve >= {units}", "reserve - {units}"),
 }
+
+# The order rows' INSERT, the conditional UPDATE and the ledger rows in one statement.
+# The first column says whether the guard held: when it did not, the rows were inserted
+# all the same, and the caller's transaction must roll back (stock_deduct_inserting).
+_DEDUCT_INSERTING_SQL = """
+WITH inserted AS (
+{insert}
+), total AS (
+    SELECT coalesce(sum(quantity), 0) AS n FROM inserted
+), moved AS (
+    UPDATE {stock} SET available = available - total.n, reserve = {reserve}, version = version + 1
+    FROM total
+    WHERE activity_id = %(stock_activity_id)s AND total.n > 0 AND {guard}
+    RETURNING activity_id
+), ledger AS (
+    INSERT INTO {ledger} (activity_id, order_id, kind, quantity, reason, created_at)
+    SELECT moved.activity_id, inserted.id, %(stock_kind)s, inserted.quantity, %(stock_reason)s, %(stock_now)s
+    FROM moved, inserted
+    ORDER BY inserted.id
+)
+SELECT EXISTS (SELECT FROM moved), inserted.* FROM inserted ORDER BY inserted.id
+"""
+
+
+def stock_deduct_inserting(
+    *, activity_id: int, insert_sql: str, params: dict[str, Any], share: Share, reason: str = "order_created"
+) -> list[tuple]:
+    """Insert order rows and take their units from ``share`` with one ledger row each, in
+    one statement (one round trip for the whole batch). ``insert_sql`` is an ``INSERT …
+    RETURNING`` whose returned columns include ``id`` and ``quantity``, with ``params``
+    (names not starting with ``stock_``). Returns the rows it returned, ordered by id.
+
+    Raises InsufficientStock when the share lacks their units: no unit moved and no ledger
+    row was written, but the rows were inserted, so the exception must leave the caller's
+    ``transaction.atomic()`` (which rolls them back)."""
+    assert transaction.get_connection().in_atomic_block, "the insert and the deduction roll back together"
+    guard, reserve = _DEDUCT[share]
+    sql = _DEDUCT_INSERTING_SQL.format(
+        insert=insert_sql.strip(),
+        stock=SeckillStock._meta.db_table,
+        ledger=StockMovement._meta.db_table,
+        guard=guard.format(units="total.n"),
+        reserve=reserve.format(units="total.n"),
+    )
+    params = {
+        **params,
+        "stock_activity_id": activity_id,
+        "stock_kind": StockMovement.Kind.DEDUCT,
+        "stock_reason": reason,
+        "stock_now": timezone.now(),
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if rows and not rows[0][0]:
+        raise InsufficientStock(
+            f"activity {activity_id}: too few units for {len(rows)} orders in the {share.value} share"
+        )
+    return [row[1:] for row in rows]
 
 
 def stock_deduct(*, activity_id: int, orders: Sequence, share: Share, reason: str = "order_created") -> None:
@@ -90,8 +189,8 @@ def stock_deduct(*, activity_id: int, orders: Sequence, share: Share, reason: st
         activity_id=activity_id,
         orders=orders,
         delta=-units,
-        reserve=reserve,
-        guard=guard,
+        reserve=reserve.format(units="%(units)s"),
+        guard=guard.format(units="%(units)s"),
         kind=StockMovement.Kind.DEDUCT,
         reason=reason,
     ):
@@ -158,6 +257,6 @@ def _stock_move(
         "order_ids": order_ids,
         "quantities": quantities,
     }
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount > 0

@@ -16,7 +16,16 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core import metrics
-from inventory.services import InsufficientStock, Share, stock_deduct, stock_lock, stock_return
+from core.memory import register_reset
+from inventory.services import (
+    InsufficientStock,
+    Share,
+    prepared_cursor,
+    stock_deduct,
+    stock_deduct_inserting,
+    stock_lock,
+    stock_return,
+)
 from seckill.models import Activity
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
@@ -132,12 +141,8 @@ class NewOrder(NamedTuple):
     pay_deadline: datetime
 
 
-def _insert_orders(*, activity_id: int, entries: list[LogEntry]) -> list[NewOrder]:
-    """INSERT … ON CONFLICT DO NOTHING: rows that clash with either unique constraint
-    (reservation already ordered, or shopper already holds a live order) are skipped,
-    and so is every row when the activity does not exist. Rows are inserted in the
-    order of ``entries``."""
-    params: dict[str, Any] = {
+def _insert_params(activity_id: int, entries: list[LogEntry]) -> dict[str, Any]:
+    return {
         "activity_id": activity_id,
         "status": Order.Status.PENDING,
         "now": timezone.now(),
@@ -147,13 +152,36 @@ def _insert_orders(*, activity_id: int, entries: list[LogEntry]) -> list[NewOrde
         "shards": [e.shard for e in entries],
         "reservation_ids": [e.reservation_id for e in entries],
     }
-    sql = _INSERT_ORDERS_SQL.format(orders=Order._meta.db_table, activities=Activity._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        returned = cursor.fetchall()
+
+
+def _new_orders(activity_id: int, rows) -> list[NewOrder]:
     return [
-        NewOrder(pk, no, activity_id, uid, q, rid, shard, deadline) for pk, no, uid, q, rid, shard, deadline in returned
+        NewOrder(pk, no, activity_id, uid, q, rid, shard, deadline) for pk, no, uid, q, rid, shard, deadline in rows
     ]
+
+
+def _insert_orders(*, activity_id: int, entries: list[LogEntry]) -> list[NewOrder]:
+    """INSERT … ON CONFLICT DO NOTHING: rows that clash with either unique constraint
+    (reservation already ordered, or shopper already holds a live order) are skipped,
+    and so is every row when the activity does not exist. Rows are inserted in the
+    order of ``entries``. No stock moves (``_insert_orders_deducting`` takes it too)."""
+    sql = _INSERT_ORDERS_SQL.format(orders=Order._meta.db_table, activities=Activity._meta.db_table)
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, _insert_params(activity_id, entries))
+        return _new_orders(activity_id, cursor.fetchall())
+
+
+def _insert_orders_deducting(
+    *, activity_id: int, entries: list[LogEntry], share: Share, reason: str = "order_created"
+) -> list[NewOrder]:
+    """``_insert_orders`` and the deduction of the inserted rows' units from ``share``
+    with their ledger rows, in one statement. Raises InsufficientStock (leave the
+    transaction: the rows were inserted) when the share lacks their units."""
+    sql = _INSERT_ORDERS_SQL.format(orders=Order._meta.db_table, activities=Activity._meta.db_table)
+    rows = stock_deduct_inserting(
+        activity_id=activity_id, insert_sql=sql, params=_insert_params(activity_id, entries), share=share, reason=reason
+    )
+    return _new_orders(activity_id, rows)
 
 
 _REFUSAL_REASONS: dict[str, str] = {
@@ -223,7 +251,7 @@ def _reservations_given_up(*, activity_id: int, entries) -> dict[tuple[int, str]
         return {}
     # Every batch asks (after its stock lock): one array parameter and no ORM compilation,
     # rather than an IN list of a hundred placeholders.
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             f"SELECT shard, reservation_id, reason FROM {ReleasedReservation._meta.db_table}"
             " WHERE activity_id = %s AND reservation_id = ANY(%s::varchar[])",
@@ -276,8 +304,7 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
     entries = sorted(entries, key=lambda e: (e.shard, e.reservation_id))
     try:
         with transaction.atomic():
-            inserted = _insert_orders(activity_id=activity_id, entries=entries)
-            stock_deduct(activity_id=activity_id, orders=inserted, share=Share.REDIS)
+            inserted = _insert_orders_deducting(activity_id=activity_id, entries=entries, share=Share.REDIS)
             # Read after the stock row's lock (taken by the deduction): a give-up committed
             # before it is visible now, and one still to come waits for this commit.
             given_up = _reservations_given_up(activity_id=activity_id, entries=inserted)
@@ -365,10 +392,11 @@ def order_create_direct(*, activity_id: int, user_id: int, quantity: int) -> New
     """
     entry = LogEntry(f"{DB_PATH_PREFIX}{uuid.uuid4().hex[:20]}", user_id, quantity, 0)
     with transaction.atomic():
-        inserted = _insert_orders(activity_id=activity_id, entries=[entry])
+        inserted = _insert_orders_deducting(
+            activity_id=activity_id, entries=[entry], share=Share.RESERVE, reason="order_created_db_path"
+        )
         if not inserted:
             raise OrderDuplicate(f"user {user_id} already holds a live order for activity {activity_id}")
-        stock_deduct(activity_id=activity_id, orders=inserted, share=Share.RESERVE, reason="order_created_db_path")
     return inserted[0]
 
 
@@ -517,18 +545,36 @@ def order_units_return_safely(*, order: Order) -> bool:
         return False
 
 
+# The (activity, deadline second) this process last asked the Redis flag about: the
+# batches that follow in the same second need not ask again. One entry, so bounded.
+_expiry_asked: tuple[int, int] | None = None
+
+
+@register_reset
+def _expiry_asked_forget() -> None:
+    global _expiry_asked
+    _expiry_asked = None
+
+
 def orders_expiry_schedule(*, orders: Sequence[NewOrder]) -> None:
     """After the commit that created them, make sure a deadline task is scheduled for
     every order: one task per activity and second of deadline, shared by all orders due
     in that second (a sale creates thousands of orders a second; an eta message each
     would sit in the workers' memory until it runs). A Redis flag (SET NX) tells whether
-    that second has its task. If the broker is away the sweeper cancels them instead."""
+    that second has its task; a process that asked about a second already does not ask
+    again (a batch's orders share their deadline second, and a flood makes tens of
+    batches a second). If the broker is away the sweeper cancels them instead."""
     from .tasks import orders_expire_task
 
     due = sorted({(o.activity_id, math.ceil(o.pay_deadline.timestamp())) for o in orders})
+    due = [d for d in due if d != _expiry_asked]
+    if not due:
+        return
 
     def schedule() -> None:
+        global _expiry_asked
         for activity_id, second in due:
+            _expiry_asked = (activity_id, second)
             try:
                 if orders_expiry_claim(activity_id=activity_id, due_second=second):
                     orders_expire_task.apply_async(
@@ -710,8 +756,9 @@ def anomaly_order_recreate(*, anomaly: AnomalyOrder, by, note: str = "") -> Orde
         entry = LogEntry(f"staff-{anomaly.pk}-{int(timezone.now().timestamp())}", anomaly.user_id, quantity, 0)
         try:
             with transaction.atomic():
-                inserted = _insert_orders(activity_id=activity.pk, entries=[entry])
-                stock_deduct(activity_id=activity.pk, orders=inserted, share=Share.REDIS, reason="staff_recreate")
+                inserted = _insert_orders_deducting(
+                    activity_id=activity.pk, entries=[entry], share=Share.REDIS, reason="staff_recreate"
+                )
         except InsufficientStock as exc:
             raise AnomalyActionError(f"the database has no stock: {exc}") from exc
         orders_expiry_schedule(orders=inserted)
