@@ -23,7 +23,9 @@ a connection the server is about to close.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 
 from django.conf import settings
@@ -35,6 +37,9 @@ from config.request_log import request_id_of
 from core.errors import ApiError
 from seckill.gates import purchase_early_refusal, purchase_remembered_refusal
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
+from seckill.selectors import activity_snapshot, activity_snapshot_remembered
+
+logger = logging.getLogger(__name__)
 
 _PLACEHOLDER = 987654321
 # A purchase's body is a few dozen bytes; a larger one goes the full way.
@@ -74,16 +79,14 @@ class EarlyAnswers:
     looked at; a ``Host`` that is not allowed or plain HTTP under SECURE_SSL_REDIRECT goes
     on untouched, for Django's middleware to answer."""
 
-    def __init__(self, app):
+    def __init__(self, app, executor):
         self.app = app
+        self.executor = executor
         self.purchase_path = purchase_path_pattern()
         self.headers = {
             secure: [(b"content-type", b"application/json"), *security_headers(secure=secure)]
             for secure in (False, True)
         }
-        self.allowed_hosts = settings.ALLOWED_HOSTS
-        if settings.DEBUG and not self.allowed_hosts:
-            self.allowed_hosts = [".localhost", "127.0.0.1", "[::1]"]  # as HttpRequest.get_host
         self.redirect_exempt = [re.compile(r) for r in settings.SECURE_REDIRECT_EXEMPT]
 
     async def __call__(self, scope, receive, send):
@@ -94,6 +97,9 @@ class EarlyAnswers:
         return await self.app(scope, receive, send)
 
     async def purchase(self, activity_id: int, scope, receive, send) -> None:
+        # With no activity memory (SECKILL_ACTIVITY_CACHE_TTL 0) a lookup would fill nothing.
+        if settings.SECKILL_ACTIVITY_CACHE_TTL > 0 and not activity_snapshot_remembered(activity_id)[0]:
+            await self.look_up(activity_id)
         refusal = purchase_early_refusal(activity_id)
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -105,6 +111,16 @@ class EarlyAnswers:
             # Early answers do not wait for a body still arriving: it is never read.
             return await self.respond(refusal, scope, send, close=more_body)
         return await self.app(scope, _replayed(message, receive), send)
+
+    async def look_up(self, activity_id: int) -> None:
+        """An activity this process does not remember (once per its memory's lifetime):
+        looked up on the thread pool, as the full path would, so the memory can answer.
+        Whatever goes wrong there is the full path's to answer."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, activity_snapshot, activity_id)
+        except Exception as exc:
+            logger.debug("front: activity %s not looked up: %s", activity_id, exc)
 
     def remembered_refusal(self, activity_id: int, scope, body: bytes) -> ApiError | None:
         """A token-authenticated JSON purchase whose refusal this process's memory decides."""
@@ -122,8 +138,11 @@ class EarlyAnswers:
     def answerable(self, scope) -> bool:
         """What Django's middleware would answer first stays theirs: a Host that is not
         allowed (400) and plain HTTP under SECURE_SSL_REDIRECT (the redirect)."""
+        allowed = settings.ALLOWED_HOSTS
+        if settings.DEBUG and not allowed:
+            allowed = [".localhost", "127.0.0.1", "[::1]"]  # as HttpRequest.get_host
         domain, _port = split_domain_port(_header(scope, b"host") or "")
-        if not domain or not validate_host(domain, self.allowed_hosts):
+        if not domain or not validate_host(domain, allowed):
             return False
         if settings.SECURE_SSL_REDIRECT and not _secure(scope):
             path = scope["path"].lstrip("/")

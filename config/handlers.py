@@ -198,4 +198,4 @@ def get_asgi_application() -> EarlyAnswers:
     from config.front import EarlyAnswers  # imports the models: after django.setup
 
     everything = WSGIMiddleware(stacks, workers=web_threads())
-    return EarlyAnswers(TokenApiFastPath(everything, stacks.api, everything.executor))
+    return EarlyAnswers(TokenApiFastPath(everything, stacks.api, everything.executor), everything.executor)

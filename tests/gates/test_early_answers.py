@@ -31,6 +31,24 @@ from ..helpers import asgi_call
 pytestmark = pytest.mark.django_db(transaction=True)
 
 full_path = front.app  # what the front hands every request it does not answer
+
+
+class Handed:
+    """Counts what the front hands on to the full path."""
+
+    def __init__(self, app):
+        self.app, self.calls = app, 0
+
+    async def __call__(self, scope, receive, send):
+        self.calls += 1
+        return await self.app(scope, receive, send)
+
+
+@pytest.fixture(autouse=True)
+def handed():
+    counter = front.app = Handed(full_path)
+    yield counter
+    front.app = full_path
 COMPARED = ("content-type", "x-content-type-options", "referrer-policy", "cross-origin-opener-policy", "retry-after")
 
 
@@ -65,7 +83,10 @@ def _same(early: dict, full: dict) -> None:
 def _early_then_full(activity_id: int, key: str, token: str) -> tuple[dict, dict]:
     """The front's answer, which must have come from its memory, and the full path's."""
     assert purchase_early_refusal(activity_id) is not None, "the front should know this answer"
-    return _buy(front, activity_id, key, token), _buy(full_path, activity_id, key, token)
+    before = front.app.calls
+    early = _buy(front, activity_id, key, token)
+    assert front.app.calls == before, "answered at the front"
+    return early, _buy(full_path, activity_id, key, token)
 
 
 def _remembered_then_full(activity_id: int, key: str, body: dict) -> tuple[dict, dict]:
@@ -73,9 +94,11 @@ def _remembered_then_full(activity_id: int, key: str, body: dict) -> tuple[dict,
     request = RequestFactory().post("/", REMOTE_ADDR="127.0.0.1")
     refusal = purchase_remembered_refusal(request, activity_id=activity_id, token=key, data=body)
     assert refusal is not None, "the front should know this answer"
+    before = front.app.calls
     early = asgi_call(
         front, "POST", f"/api/activities/{activity_id}/purchase", headers={"Authorization": f"Token {key}"}, body=body
     )
+    assert front.app.calls == before, "answered at the front"
     full = asgi_call(
         full_path,
         "POST",
@@ -182,7 +205,9 @@ def test_what_the_front_does_not_know_goes_to_the_full_path(settings):
     settings.SECKILL_ACTIVITY_CACHE_TTL = 0
     core.memory.forget_all()
     assert purchase_early_refusal(activity.pk + 5) is None
-    assert _buy(front, activity.pk + 5, key, "x")["json"]["code"] == "not_found"  # from the full path
+    before = front.app.calls
+    assert _buy(front, activity.pk + 5, key, "x")["json"]["code"] == "not_found"
+    assert front.app.calls == before + 1  # from the full path
     settings.SECKILL_ACTIVITY_CACHE_TTL = 30
     _buy(full_path, activity.pk + 5, key, "x")
     bad_host = asgi_call(
@@ -193,6 +218,7 @@ def test_what_the_front_does_not_know_goes_to_the_full_path(settings):
         body={"token": "x"},
     )
     assert bad_host["status"] == 400  # Django's DisallowedHost, as without the front
+    assert front.app.calls == before + 2
 
 
 def test_a_shopper_the_process_knows_is_refused_at_the_front_as_the_full_path_refuses_them(settings):
@@ -241,3 +267,20 @@ def test_what_the_memory_cannot_decide_reaches_the_stock_script_exactly_once():
     answer = _buy(front, activity.pk, key, token)
     assert answer["status"] == 202
     assert int(stock_redis().get(ActivityKeys(activity.pk).stock)) == 2
+
+
+def test_a_request_without_credentials_for_an_unknown_or_closed_sale_gets_the_early_answer_not_401():
+    """The front looks up an activity it does not remember (on the thread pool, once per
+    the memory's lifetime), so even the first request — without credentials, with no
+    body — gets the answer that is the same for everyone; the full path says 401 first."""
+    activity = make_activity(stock=3)
+    now = timezone.now()
+    over = make_activity(stock=3, start_at=now - timedelta(hours=2), end_at=now - timedelta(hours=1))
+    core.memory.forget_all()
+    for activity_id, code in ((activity.pk + 50, "not_found"), (over.pk, "ended")):
+        before = front.app.calls
+        early = asgi_call(front, "POST", f"/api/activities/{activity_id}/purchase")
+        assert front.app.calls == before, "answered at the front"
+        assert (early["status"], json.loads(early["body"])["code"]) in ((404, code), (403, code))
+        full = asgi_call(full_path, "POST", f"/api/activities/{activity_id}/purchase")
+        assert full["status"] == 401
