@@ -51,7 +51,12 @@ def _on_signal(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.drill", description=__doc__)
     parser.add_argument("--drills", default="1,2,3,4,5,6", help="comma-separated drill numbers (default: all)")
-    parser.add_argument("--latency-ms", type=float, default=0.25, help="netem delay each way between hosts")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.25,
+        help="delay each way between hosts (tc netem, or the delay relays where the kernel has no netem)",
+    )
     parser.add_argument("--short", action="store_true", help="1,000 shoppers and 150 units a drill (CI)")
     parser.add_argument("--run-dir", default="", help="where logs, histories and verdicts.json go")
     parser.add_argument(
@@ -106,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     extra: dict = {
         "latency_ms": args.latency_ms,
+        "latency_by": stack.mechanism,
         "netem": stack.net.netem or "applied",
         "hosts_with_a_route_out": outside,
         "addresses": {name: host.address for name, host in stack.net.hosts.items()},
@@ -125,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
 
     table = verdict_table(outcomes)
     print(table)
+    if "drill6" in extra:
+        print("\n" + latency_table(extra["drill6"]))
     for o in outcomes:
         print(f"\n{o.drill}: " + "; ".join(f"{v.name}: {v.detail}" for v in o.verdicts))
         print(f"{o.drill} figures: {json.dumps(o.figures)}")
@@ -151,23 +159,52 @@ def _clock_drill(stack: Stack, drill, sale: Sale, run: int) -> Outcome:
 
 
 def _latency_drill(stack: Stack, drill, sale: Sale, run: int, base_ms: float, extra: dict) -> list[Outcome]:
+    """The same sale with no fault at the base latency and at 5 ms each way. With netem the
+    two runs; with the relays a third run first, the relays at 0 ms (what the relays cost by
+    themselves), so that every run crosses the same relays and only the delay differs."""
     outcomes: list[Outcome] = []
-    for ms in (base_ms, 5.0) if stack.net.netem is None else (base_ms,):
-        stack.net.set_latency(ms)
+    delays = (base_ms, 5.0) if stack.mechanism == "netem" else (0.0, base_ms, 5.0)
+    for ms in delays:
+        stack.set_latency(ms)
+        cpu_before = stack.relay_cpu_s()
         outcome = run_drill(stack, drill, sale, run * 10 + len(outcomes), log, label=f"drill 6 @{ms:g} ms")
-        outcome.figures["latency_ms"] = (
-            ms if stack.net.netem is None else f"{ms} asked; none applied ({stack.net.netem})"
-        )
+        outcome.figures["latency_ms"] = ms
+        outcome.figures["latency_by"] = stack.mechanism
+        if stack.relays:
+            cpu = stack.relay_cpu_s() - cpu_before
+            outcome.figures["relay_cpu_s"] = round(cpu, 1)
+            outcome.figures["relay_cpu_ms_per_request"] = round(1000 * cpu / max(outcome.figures["requests"], 1), 2)
         outcomes.append(outcome)
-    stack.net.set_latency(base_ms)
-    if stack.net.netem:
-        outcomes[0].figures["notes"].append(f"the 5 ms run is blocked: {stack.net.netem}")
-    extra["drill6"] = [
-        {k: o.figures.get(k) for k in ("latency_ms", "flood_requests_per_s", "flood_p99_ms", "p99_ms",
-                                        "redis_commands_per_202", "pg_statements_per_202", "pg_commits_per_202")}
-        for o in outcomes
-    ]  # fmt: skip
+    stack.set_latency(base_ms)
+    keys = ("latency_ms", "latency_by", "flood_requests_per_s", "flood_p50_ms", "flood_p99_ms", "p50_202_ms",
+            "p99_202_ms", "redis_commands_per_202", "pg_statements_per_202", "pg_commits_per_202", "relay_cpu_s",
+            "relay_cpu_ms_per_request")  # fmt: skip
+    extra["drill6"] = [{k: o.figures.get(k) for k in keys} for o in outcomes]
     return outcomes
+
+
+def latency_table(rows: list[dict]) -> str:
+    """Drill 6's runs side by side (a Markdown table)."""
+    lines = [
+        "| one-way latency (by) | flood requests/s | flood p50 / p99 | 202s' p50 / p99 "
+        "| stock cluster / cache / broker commands per 202 | PostgreSQL statements / commits per 202 "
+        "| relay CPU (ms per request) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        redis = r.get("redis_commands_per_202") or {}
+        cpu = f"{r['relay_cpu_s']} s ({r['relay_cpu_ms_per_request']})" if r.get("relay_cpu_s") is not None else "-"
+        cells = [
+            f"{r['latency_ms']:g} ms ({r['latency_by']})",
+            f"{r.get('flood_requests_per_s')}",
+            f"{r.get('flood_p50_ms')} / {r.get('flood_p99_ms')} ms",
+            f"{r.get('p50_202_ms')} / {r.get('p99_202_ms')} ms",
+            f"{redis.get('cluster')} / {redis.get('cache')} / {redis.get('broker')}",
+            f"{r.get('pg_statements_per_202')} / {r.get('pg_commits_per_202')}",
+            cpu,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -190,7 +190,11 @@ def check(
         "p50_ms": round(percentile(latencies, 50) * 1000, 1),
         "p99_ms": round(percentile(latencies, 99) * 1000, 1),
         "flood_requests_per_s": round(len(flood) / flood_span, 1),
+        "flood_p50_ms": round(percentile([r["answered"] - r["sent"] for r in flood if r["status"]], 50) * 1000, 1),
         "flood_p99_ms": round(percentile([r["answered"] - r["sent"] for r in flood if r["status"]], 99) * 1000, 1),
+        # the purchases that reached Redis's script (the refusals mostly end in the web process)
+        "p50_202_ms": round(percentile([r["answered"] - r["sent"] for r in purchases], 50) * 1000, 1),
+        "p99_202_ms": round(percentile([r["answered"] - r["sent"] for r in purchases], 99) * 1000, 1),
     }
     return out
 

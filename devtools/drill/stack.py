@@ -21,8 +21,10 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 
 from .net import Network
@@ -64,6 +66,7 @@ class Stack:
         self.net = Network(HOSTS, latency_ms, instance)
         self.node_timeout = cluster_node_timeout_ms
         self.procs: dict[str, Proc] = {}
+        self.relays: dict[str, Proc] = {}  # host -> its delay relay (only where there is no netem)
         self.secret = secrets.token_urlsafe(40)
 
     # --- addresses ----------------------------------------------------------------------
@@ -74,6 +77,16 @@ class Stack:
     @property
     def database_url(self) -> str:
         return f"postgres://postgres@{self.addr('postgres')}:{PG_PORT}/seckill"
+
+    @property
+    def mechanism(self) -> str:
+        """How the latency between hosts is added: ``netem`` or ``relay`` (probed once, at build)."""
+        return "relay" if self.net.netem else "netem"
+
+    def port(self, port: int) -> int:
+        """The port a server binds: its own one under netem; behind a relay (which listens on
+        the server's address and port), the next one."""
+        return port + 1 if self.relays else port
 
     def web_urls(self) -> list[str]:
         return [f"http://{self.addr(h)}:{WEB_PORT}" for h in WEB]
@@ -116,7 +129,11 @@ class Stack:
         log(f"network: {len(HOSTS)} namespaces on bridge {self.net.bridge} ({self.net.subnet}.0/24)")
         self.net.build()
         if self.net.netem:
-            log(f"latency: none added ({self.net.netem})")
+            self.start_relays()
+            how = f"a delay relay in front of every server ({self.net.netem})"
+            log(f"latency: {self.net.latency_ms:g} ms each way by {how}")
+        else:
+            log(f"latency: {self.net.latency_ms:g} ms each way by tc netem")
         self.start_postgres()
         log("postgres up")
         binary = redis_server_binary()
@@ -125,6 +142,52 @@ class Stack:
         self.form_cluster()
         log("redis: cache, broker and a 3+3 cluster up")
         return self
+
+    def start_relays(self) -> None:
+        """One relay (devtools/drill/relay.py) in each server's namespace, on the server's
+        address and port, forwarding to the server on the next port: every connection to a
+        server — from a web host, the worker, beat, the client, another cluster node's
+        replication, the operator's process — crosses it, delayed each way."""
+        self.delay_file.write_text(f"{self.net.latency_ms}")
+        servers = {"postgres": [PG_PORT], "cache": [REDIS_PORT], "broker": [REDIS_PORT],
+                   **{h: [REDIS_PORT] for h in CLUSTER}, **{h: [WEB_PORT] for h in WEB}}  # fmt: skip
+        for host, ports in servers.items():
+            a = self.addr(host)
+            pairs = [f"{a}:{p}={a}:{p + 1}" for p in ports]
+            argv = [str(BIN / "python"), "-m", "devtools.drill.relay", str(self.delay_file), *pairs]
+            env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+            self.relays[host] = Proc(f"relay-{host}", self.net[host].ns, argv, env, self.run_dir).start()
+        for host, ports in servers.items():
+            address = self.addr(host)
+            wait_until(partial(port_open, address, ports[0]), timeout=30, what=f"the relay on {host}")
+
+    @property
+    def delay_file(self) -> Path:
+        return self.run_dir / "relay-delay-ms"
+
+    def set_latency(self, ms: float) -> None:
+        """The delay each way between hosts: netem's where the kernel has it, else the relays'."""
+        if not self.relays:
+            self.net.set_latency(ms)
+            return
+        self.net.latency_ms = ms
+        self.delay_file.write_text(f"{ms}")
+        for relay in self.relays.values():
+            relay.signal(signal.SIGHUP)
+
+    def relay_cpu_s(self) -> float:
+        """CPU seconds (user + system) the relays have used so far."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for relay in self.relays.values():
+            if relay.popen is None:
+                continue
+            try:
+                fields = Path(f"/proc/{relay.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / ticks
 
     def start_postgres(self) -> None:
         import warnings
@@ -149,7 +212,8 @@ class Stack:
         with open(data / "pg_hba.conf", "a") as hba:
             hba.write(f"host all all {self.net.subnet}.0/24 trust\n")
         argv = [
-            str(bin_path / "postgres"), "-D", str(data), "-h", self.addr("postgres"), "-p", str(PG_PORT), "-k", "",
+            str(bin_path / "postgres"), "-D", str(data), "-h", self.addr("postgres"),
+            "-p", str(self.port(PG_PORT)), "-k", "",
             "-c", "max_connections=300", "-c", "fsync=off", "-c", "synchronous_commit=off",
             "-c", "full_page_writes=off", "-c", "shared_buffers=128MB",
             "-c", "shared_preload_libraries=pg_stat_statements",
@@ -182,13 +246,18 @@ class Stack:
         data = self.run_dir / f"{name}-data"
         data.mkdir(exist_ok=True)
         argv = [
-            binary, "--bind", self.addr(name), "--port", str(REDIS_PORT), "--protected-mode", "no",
+            binary, "--bind", self.addr(name), "--port", str(self.port(REDIS_PORT)), "--protected-mode", "no",
             "--dir", str(data), "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
             "--maxclients", "4000", "--daemonize", "no",
         ]  # fmt: skip
         if name.startswith("redis-"):
             argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                      "--cluster-node-timeout", str(self.node_timeout)]  # fmt: skip
+            if self.relays:  # the nodes name the relay's port to clients and replicas; the bus is direct
+                argv += ["--cluster-announce-ip", self.addr(name), "--cluster-announce-port", str(REDIS_PORT),
+                         "--cluster-announce-bus-port", str(self.port(REDIS_PORT) + 10000),
+                         "--replica-announce-ip", self.addr(name),
+                         "--replica-announce-port", str(REDIS_PORT)]  # fmt: skip
         proc = self.procs.get(name) or Proc(name, self.net[name].ns, argv, {"PATH": "/usr/bin:/bin"}, self.run_dir)
         proc.start()
         self.procs[name] = proc
@@ -262,7 +331,7 @@ class Stack:
 
     def start_web(self, host: str, *, extra_env: dict | None = None) -> Proc:
         env = self.django_env(WEB_CONCURRENCY="1", GUNICORN_THREADS="8", **(extra_env or {}))
-        argv = [str(BIN / "gunicorn"), "config.asgi:application", "--bind", f"{self.addr(host)}:{WEB_PORT}",
+        argv = [str(BIN / "gunicorn"), "config.asgi:application", "--bind", f"{self.addr(host)}:{self.port(WEB_PORT)}",
                 "--backlog", "2048", "--timeout", "60"]  # fmt: skip
         proc = Proc(host, self.net[host].ns, argv, env, self.run_dir).start()
         self.procs[host] = proc
@@ -310,3 +379,4 @@ class Stack:
     def stop(self) -> None:
         Proc.stop_all()
         self.procs.clear()
+        self.relays.clear()
