@@ -166,42 +166,67 @@ def _latency_drill(stack: Stack, drill, sale: Sale, run: int, base_ms: float, ex
     delays = (base_ms, 5.0) if stack.mechanism == "netem" else (0.0, base_ms, 5.0)
     for ms in delays:
         stack.set_latency(ms)
+        ping_ms = _ping_ms(stack)
         cpu_before = stack.relay_cpu_s()
         outcome = run_drill(stack, drill, sale, run * 10 + len(outcomes), log, label=f"drill 6 @{ms:g} ms")
         outcome.figures["latency_ms"] = ms
         outcome.figures["latency_by"] = stack.mechanism
+        outcome.figures["ping_cache_ms"] = ping_ms
         if stack.relays:
             cpu = stack.relay_cpu_s() - cpu_before
             outcome.figures["relay_cpu_s"] = round(cpu, 1)
             outcome.figures["relay_cpu_ms_per_request"] = round(1000 * cpu / max(outcome.figures["requests"], 1), 2)
         outcomes.append(outcome)
     stack.set_latency(base_ms)
-    keys = ("latency_ms", "latency_by", "flood_requests_per_s", "flood_p50_ms", "flood_p99_ms", "p50_202_ms",
-            "p99_202_ms", "redis_commands_per_202", "pg_statements_per_202", "pg_commits_per_202", "relay_cpu_s",
-            "relay_cpu_ms_per_request")  # fmt: skip
+    keys = ("latency_ms", "latency_by", "ping_cache_ms", "flood_requests_per_s", "flood_p50_ms", "flood_p99_ms",
+            "p50_202_ms", "p99_202_ms", "redis_commands_per_202", "pg_statements_per_202", "pg_commits_per_202",
+            "relay_cpu_s", "relay_cpu_ms_per_request")  # fmt: skip
     extra["drill6"] = [{k: o.figures.get(k) for k in keys} for o in outcomes]
     return outcomes
+
+
+def _ping_ms(stack: Stack) -> float:
+    """The median of 51 PINGs from the operator's machine to the cache Redis (one hop each
+    way, as every link of the drill): what the delay really is, relay or netem."""
+    import redis
+
+    client = redis.Redis(host=stack.addr("cache"), port=6379, socket_timeout=5)
+    client.ping()  # set on the new delay (a relay takes SIGHUP asynchronously)
+    times = []
+    for _ in range(51):
+        began = time.perf_counter()
+        client.ping()
+        times.append(time.perf_counter() - began)
+    client.close()
+    return round(sorted(times)[25] * 1000, 2)
 
 
 def latency_table(rows: list[dict]) -> str:
     """Drill 6's runs side by side (a Markdown table)."""
     lines = [
-        "| one-way latency (by) | flood requests/s | flood p50 / p99 | 202s' p50 / p99 "
+        "| one-way latency (by) | PING round trip | flood requests/s | flood p50 / p99 | 202s' p50 / p99 "
         "| stock cluster / cache / broker commands per 202 | PostgreSQL statements / commits per 202 "
-        "| relay CPU (ms per request) |",
-        "|---|---|---|---|---|---|---|",
+        "| relay CPU (ms per request) | round trips on a 202's path |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    base = rows[0] if rows else {}
     for r in rows:
+        # The 202s' median grows by one round trip (twice the one-way delay) per sequential
+        # exchange on a purchase's path: client-web, web-cache, web-cluster, …
+        added = 2 * (r["latency_ms"] - base["latency_ms"])
+        trips = f"{(r['p50_202_ms'] - base['p50_202_ms']) / added:.1f}" if added >= 2 else "-"
         redis = r.get("redis_commands_per_202") or {}
         cpu = f"{r['relay_cpu_s']} s ({r['relay_cpu_ms_per_request']})" if r.get("relay_cpu_s") is not None else "-"
         cells = [
             f"{r['latency_ms']:g} ms ({r['latency_by']})",
+            f"{r.get('ping_cache_ms')} ms",
             f"{r.get('flood_requests_per_s')}",
             f"{r.get('flood_p50_ms')} / {r.get('flood_p99_ms')} ms",
             f"{r.get('p50_202_ms')} / {r.get('p99_202_ms')} ms",
             f"{redis.get('cluster')} / {redis.get('cache')} / {redis.get('broker')}",
             f"{r.get('pg_statements_per_202')} / {r.get('pg_commits_per_202')}",
             cpu,
+            trips,
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
