@@ -34,7 +34,8 @@ from django.utils import timezone
 
 from core.errors import ApiError, busy
 from core.memory import ProcessMemory
-from stock.keys import ActivityKeys
+from stock.keys import CLAIM_PENDING, ActivityKeys
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import (
     RoomCode,
@@ -315,14 +316,55 @@ def _published_seed(activity: ActivitySnapshot) -> str | None:
 
 
 def room_tick(activity: ActivitySnapshot) -> RoomTick:
+    return _tick(
+        activity.id,
+        shards=activity.shards,
+        rate=activity.room_rate,
+        cap=activity.room_cap,
+        window_seconds=activity.room_window_seconds,
+    )
+
+
+def _tick(activity_id: int, *, shards: int, rate: int, cap: int, window_seconds: int) -> RoomTick:
+    keys = ActivityKeys(activity_id)
     return run_room_tick(
         stock_redis(),
-        activity.keys,
-        stock_key=_stock_key(activity),
-        rate=max(1, activity.room_rate),
-        cap=activity.room_cap,
-        window_ms=activity.room_window_seconds * 1000,
+        keys,
+        stock_key=keys.stock if shards == 1 else keys.display,
+        rate=max(1, rate),
+        cap=cap,
+        window_ms=window_seconds * 1000,
+        # S = 1: the close is dated by the reservation that took the last unit.
+        log_key=keys.log if shards == 1 else None,
     )
+
+
+def room_ticks(now: datetime | None = None) -> dict[int, int]:
+    """Beat, every second: tick every live waiting room (one Lua call each), so the room
+    lets shoppers in and closes at the sell-out with nobody polling; make the draw of a
+    room that has started without one. Returns activity id -> now serving."""
+    from .selectors import activity_snapshot, live_activities
+
+    live = (
+        live_activities(now)
+        .filter(admission_mode=AdmissionMode.ROOM, status=Activity.Status.WARMED)
+        .values_list("pk", "shards", "room_rate", "room_cap", "room_window_seconds")
+    )
+    serving = {}
+    for activity_id, shards, rate, cap, window in live:
+        fields = {"shards": shards, "rate": rate, "cap": cap, "window_seconds": window}
+        try:
+            tick = _tick(activity_id, **fields)
+            if not tick.sealed:
+                snapshot = activity_snapshot(activity_id)
+                if snapshot is None or not room_seal(snapshot):
+                    continue
+                tick = _tick(activity_id, **fields)
+        except redis.RedisError as exc:
+            logger.warning("room %s: not ticked, Redis unavailable: %s", activity_id, exc)
+            continue
+        serving[activity_id] = tick.serving
+    return serving
 
 
 def estimate_seconds(*, ahead: int, status: RoomStatus) -> int | None:
@@ -369,9 +411,25 @@ class Ticket:
     expires_at: datetime
 
 
+# room_ticket.lua / room_ticket_use.lua: the ticket was tried by a purchase before.
+TRIED = 2
+
+
+def room_ticket_bought(activity: ActivitySnapshot, *, user_id: int) -> bool:
+    """Whether the shopper holds a reservation in this sale: the stock's participant record
+    (a pending claim of S > 1 is a purchase in flight, not one made). One Redis call."""
+    keys = StockLayout(activity.id, activity.shards).users_of(user_id)
+    record = stock_redis().hget(keys.users, str(user_id))
+    if record is None:
+        return False
+    text = record.decode() if isinstance(record, bytes) else str(record)
+    return not text.startswith(CLAIM_PENDING)
+
+
 def room_ticket_issue(activity: ActivitySnapshot, *, user_id: int) -> Ticket:
-    """A ticket for a shopper the room has let in (the same one if asked again). Raises
-    ApiError: 403 not_joined / not_admitted / admission_expired / ticket_used, 410 sold_out."""
+    """A ticket for a shopper the room has let in (the same one if asked again, also after a
+    purchase with it failed). Raises ApiError: 403 not_joined / not_admitted /
+    admission_expired / ticket_used (a purchase with it reserved), 410 sold_out."""
     _not_room(activity)
     if redis_away():
         raise _away()
@@ -379,10 +437,12 @@ def room_ticket_issue(activity: ActivitySnapshot, *, user_id: int) -> Ticket:
         code, first, second = run_room_ticket(
             stock_redis(), activity.keys, stock_key=_stock_key(activity), user_id=user_id, nonce=secrets.token_hex(12)
         )
+        if code == TRIED and room_ticket_bought(activity, user_id=user_id):
+            code = RoomCode.USED
     except redis.RedisError as exc:
         logger.warning("room %s: ticket unanswered, Redis unavailable: %s", activity.id, exc)
         raise _away() from exc
-    if code == RoomCode.TICKET:
+    if code in (RoomCode.TICKET, TRIED):
         payload = {"a": activity.id, "u": user_id, "e": second, "n": first}
         signed = signing.dumps(payload, salt=TICKET_SALT, compress=False)
         return Ticket(signed, _moment(second) or datetime.now(UTC))
@@ -428,12 +488,16 @@ def room_ticket_check(activity: ActivitySnapshot, *, user_id: int, ticket: objec
         raise _away()
     try:
         used = run_room_ticket_use(stock_redis(), activity.keys, user_id=user_id, nonce=payload["n"])
+        # Tried before: used for good only if that purchase reserved (a 202, or the 409 of
+        # a shopper who holds one); after a busy, rate-limited or other refusal it is
+        # good again until its end. Concurrent tries all pass here: the stock script's
+        # participant check lets one of them reserve.
+        if used == TRIED and room_ticket_bought(activity, user_id=user_id):
+            raise ApiError(403, "ticket_used", "This ticket has been used.")
     except redis.RedisError as exc:
         logger.warning("room %s: ticket not checked, Redis unavailable: %s", activity.id, exc)
         raise _away() from exc
-    if used == -2:
-        raise ApiError(403, "ticket_used", "This ticket has been used.")
-    if used != 1:
+    if used not in (1, TRIED):
         raise ApiError(403, "ticket_invalid", "The ticket is not valid.")
 
 

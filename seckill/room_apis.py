@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import api_error_of
+from core.log_filters import expected_rejection_unlogged
 from stock.scripts import RateLimit
 
 from .apis import NO_STORE, error_json, snapshot_or_404
@@ -137,8 +138,19 @@ class RoomJoinApi(APIView):
         return Response(body, headers=NO_STORE)
 
 
+# The ticket endpoint's refusals that a waiting room gives by design (asked too early, too
+# late, after buying, sold out): answers, not incidents, so not logged one by one.
+EXPECTED_REFUSALS = frozenset({"not_joined", "not_admitted", "admission_expired", "ticket_used", "sold_out"})
+
+
 class RoomTicketApi(APIView):
     """The ticket of a shopper the room has let in (the same ticket if asked again)."""
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if isinstance(getattr(response, "data", None), dict) and response.data.get("code") in EXPECTED_REFUSALS:
+            response._has_been_logged = True  # type: ignore[attr-defined]  # Django's log_response skips it
+        return expected_rejection_unlogged(response)
 
     @extend_schema(
         operation_id="room_ticket",

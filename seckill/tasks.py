@@ -20,6 +20,7 @@ from .lifecycle import WarmupError, activity_close, activity_identity_check, act
 from .models import Activity
 from .reconciliation import reconcile
 from .replay import reservations_drain, reservations_replay
+from .room import room_ticks
 from .selectors import activity_shards, live_activities, redis_remaining
 
 logger = logging.getLogger(__name__)
@@ -177,3 +178,10 @@ def display_totals_task() -> dict:
         except redis.RedisError as exc:
             logger.warning("display total of activity %s not refreshed: %s", activity_id, exc)
     return results
+
+
+@shared_task
+def room_ticks_task() -> dict:
+    """Every live waiting room moves on (lets shoppers in, closes at the sell-out) every
+    second, whether or not anyone reads its status (beat, SECKILL_ROOM_TICK_INTERVAL)."""
+    return room_ticks()

@@ -480,7 +480,16 @@ class RoomTick:
     oldest_sample: tuple[int, int] | None  # (ms, serving) about ten seconds ago
 
 
-def run_room_tick(client: StockRedis, keys: ActivityKeys, *, stock_key: str, rate: int, cap: int, window_ms: int):
+def run_room_tick(
+    client: StockRedis,
+    keys: ActivityKeys,
+    *,
+    stock_key: str,
+    rate: int,
+    cap: int,
+    window_ms: int,
+    log_key: str | None = None,
+):
     with script_timer("room_tick"):
         reply = ROOM_TICK(
             keys=[
@@ -490,6 +499,7 @@ def run_room_tick(client: StockRedis, keys: ActivityKeys, *, stock_key: str, rat
                 keys.room_admitted,
                 stock_key,
                 keys.room_rate_samples,
+                *([log_key] if log_key else []),
             ],
             args=[rate, cap, window_ms],
             client=client,

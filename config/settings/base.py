@@ -330,6 +330,8 @@ SECKILL_ADMISSION_BURST = env.int("SECKILL_ADMISSION_BURST", default=0)
 # process keeps the room's status (each process ticks the room at most once per that).
 SECKILL_ROOM_JOINS_PER_IP = env("SECKILL_ROOM_JOINS_PER_IP", default="30/m")
 SECKILL_ROOM_STATUS_TTL = env.float("SECKILL_ROOM_STATUS_TTL", default=0.5)
+# Beat ticks every live waiting room this often (seconds): admissions and the close need no poller.
+SECKILL_ROOM_TICK_INTERVAL = env.float("SECKILL_ROOM_TICK_INTERVAL", default=1.0)
 # Seconds a web process answers "sold out" itself after Redis said so.
 SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=1.0)
 # Seconds a web process answers "duplicate" itself to a shopper Redis reserved for or
@@ -479,6 +481,11 @@ CELERY_BEAT_SCHEDULE = {
     "seckill-close": {"task": "seckill.tasks.activities_close_task", "schedule": 30.0},
     "seckill-reconcile": {"task": "seckill.tasks.reconcile_live_task", "schedule": SECKILL_RECONCILE_INTERVAL},
     "seckill-display": {"task": "seckill.tasks.display_totals_task", "schedule": SECKILL_DISPLAY_INTERVAL},
+    "seckill-room-ticks": {
+        "task": "seckill.tasks.room_ticks_task",
+        "schedule": SECKILL_ROOM_TICK_INTERVAL,
+        "options": {"expires": 5 * SECKILL_ROOM_TICK_INTERVAL},  # ticks a stopped worker missed are dropped
+    },
     "orders-expire-sweep": {
         "task": "orders.tasks.orders_expire_overdue_task",
         "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,

@@ -139,6 +139,12 @@
   }
 
   function renderButton() {
+    if (button.dataset.roomUrl) {
+      // A waiting-room sale: the button leads to the room, which says when to buy.
+      button.disabled = false;
+      hint.textContent = "";
+      return;
+    }
     const onSale = !!state.token && !state.ended && state.now && state.now() < state.endMs;
     const live = onSale && !state.soldOut;
     const cooling = performance.now() < state.cooldownUntil;
@@ -218,6 +224,10 @@
 
   // --- buying ------------------------------------------------------------------------------
   function buy() {
+    if (button.dataset.roomUrl) {
+      location.assign(button.dataset.roomUrl);
+      return;
+    }
     if (button.disabled) return;
     state.cooldownUntil = performance.now() + COOLDOWN_MS;
     state.retryShown = false;
@@ -332,6 +342,12 @@
     } else if (code === "bad_token") {
       say(T.bad_token, "warning");
       poll();
+    } else if (code === "ticket_required") {
+      // This copy of the page predates the sale's waiting room: buy from the room.
+      const link = document.createElement("a");
+      link.href = button.dataset.roomPath;
+      link.textContent = button.dataset.roomText;
+      say(button.dataset.roomText, "warning", link);
     } else if (status === 503) {
       say(T.busy, "warning");
     } else if (status === 403) {

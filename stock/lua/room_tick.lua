@@ -1,11 +1,15 @@
 -- The waiting room's clock, in one atomic step: expire the no-shows, close the room when
 -- the stock is gone (reopen it when units come back), and move "now serving" on at the
 -- admission rate, never past the cap on admitted-not-done shoppers nor past the units left
--- for them. Run by whoever reads the room (at most once a second per web process).
+-- for them. Run every second by beat for each live room (seckill.tasks.room_ticks_task),
+-- and by whoever reads the room (at most twice a second per web process).
+-- The close is recorded at the sell-out, not at the tick that sees it: with the log given,
+-- the last reservation appended since the previous tick (the stream's last id) is the one
+-- that took the last unit; without it (S > 1), the tick's own time.
 --
 -- KEYS[1] state (hash)   KEYS[2] queue (list)   KEYS[3] active (zset: user -> window end ms)
 -- KEYS[4] admitted (hash: user -> ms)   KEYS[5] stock (the activity's stock key)
--- KEYS[6] rate samples (list)
+-- KEYS[6] rate samples (list)   KEYS[7] (optional, S = 1) the reservation log (stream)
 -- ARGV[1] rate (shoppers/s, >= 1)   ARGV[2] cap (0 = none)   ARGV[3] window (ms)
 --
 -- Returns {sealed, serving, queue length, active, no-shows, used, closed at (ms or ''),
@@ -40,7 +44,21 @@ end
 local active = redis.call('ZCARD', KEYS[3])
 if stock == 0 or stock < -1 then
   if not closed then
-    closed = tostring(now)
+    local at = now
+    if KEYS[7] then
+      local info = redis.pcall('XINFO', 'STREAM', KEYS[7])
+      if type(info) == 'table' and not info.err then
+        for i = 1, #info - 1, 2 do
+          if info[i] == 'last-generated-id' then
+            local last = tonumber(string.match(info[i + 1], '^(%d+)') or '0')
+            if last > ts and last <= now then
+              at = last
+            end
+          end
+        end
+      end
+    end
+    closed = tostring(at)
     redis.call('HSET', KEYS[1], 'closed_ms', closed)
     redis.call('HINCRBY', KEYS[1], 'closes', 1)
   end

@@ -1,6 +1,6 @@
-"""The waiting room in real Chromium against gunicorn, at phone width: join before the start,
-see the place and the estimate move, get let in, buy with the ticket, pay; and the page in
-Chinese."""
+"""The waiting room in real Chromium against gunicorn, at phone width: from the sale's page to
+its room, join before the start, see the place and the estimate move, get let in, buy with the
+ticket, pay; and the page in Chinese."""
 
 import re
 
@@ -41,10 +41,13 @@ def test_join_before_the_start_wait_get_in_buy_and_pay(shop_server, chromium_bro
     give_address(alice)
     context = chromium_browser.new_context(viewport=PHONE, locale="en-US", is_mobile=True)
     page = context.new_page()
-    page.goto(f"{shop_server}/accounts/login/?next=/seckill/{activity.pk}/room/")
+    page.goto(f"{shop_server}/accounts/login/?next=/seckill/{activity.pk}/")
     page.get_by_label("Username").fill(alice.username)
     page.get_by_label("Password").fill("pw-for-tests")
     page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"**/seckill/{activity.pk}/")
+    # The sale's own page: its button leads to the room.
+    page.get_by_role("button", name="Join the queue").click()
     page.wait_for_url(f"**/seckill/{activity.pk}/room/")
     page.get_by_role("button", name="Join the queue").click()
     state = page.locator("#room-state")

@@ -9,6 +9,7 @@ from django.utils import timezone
 from inventory.models import Product
 from seckill.activities import activity_create
 from seckill.lifecycle import WarmupError, activity_warmup
+from seckill.models import Activity
 
 from ._time import parse_when
 
@@ -48,6 +49,13 @@ class Command(BaseCommand):
             help="units only the database path sells while Redis is away (default: SECKILL_DB_RESERVE_PERCENT %%)",
         )
         parser.add_argument("--pay-timeout", type=int, default=None, help="seconds to pay (default 900)")
+        parser.add_argument("--admission", choices=["direct", "room"], default="direct", help="room: a waiting room")
+        parser.add_argument(
+            "--prequeue-minutes", type=int, default=15, help="the room opens this long before the start"
+        )
+        parser.add_argument("--admission-rate", type=int, default=20, help="shoppers the room lets in per second")
+        parser.add_argument("--admission-cap", type=int, default=200, help="let in and not done, at most (0: none)")
+        parser.add_argument("--admission-window", type=int, default=120, help="seconds to buy once let in")
         parser.add_argument("--warmup", action="store_true", help="load the stock into Redis now")
 
     def handle(self, *args, **o):
@@ -75,6 +83,15 @@ class Command(BaseCommand):
                     db_reserve=o["db_reserve"],
                     pay_timeout=o["pay_timeout"],
                 )
+                if o["admission"] == "room":
+                    activity.admission_mode = Activity.AdmissionMode.ROOM
+                    activity.room_prequeue_minutes = o["prequeue_minutes"]
+                    activity.room_rate = o["admission_rate"]
+                    activity.room_cap = o["admission_cap"]
+                    activity.room_window_seconds = o["admission_window"]
+                    activity.full_clean()
+                    room_fields = ["admission_mode", "room_prequeue_minutes", "room_rate", "room_cap"]
+                    activity.save(update_fields=[*room_fields, "room_window_seconds"])
         except ValidationError as exc:
             raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from exc
         result: dict[str, object] = {"id": activity.pk}

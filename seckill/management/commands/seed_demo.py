@@ -35,6 +35,7 @@ class DemoSale:
     price: Decimal
     stock: int
     starts_now: bool
+    room: bool = False  # a waiting room (docs/WAITING-ROOM.md): its pre-queue is open from the seed
 
 
 DEMO_SALES = (
@@ -49,14 +50,19 @@ DEMO_SALES = (
         Decimal("1.00"),
         10,
         False,
+        room=True,
     ),
 )
+# The phone's waiting room: its pre-queue is open from the seed (15 min before a start 5 min
+# away), then it lets 2 shoppers a second in, at most 10 at a time, each with 2 min to buy.
+DEMO_ROOM = {"room_prequeue_minutes": 15, "room_rate": 2, "room_cap": 10, "room_window_seconds": 120}
 
 
 class Command(BaseCommand):
     help = (
         "Demo data: an admin (password shown once), shoppers, a merchant and a reviewer, a sale "
-        "already running and one opening five minutes later. Re-running reuses what is there."
+        "already running and one opening five minutes later through a waiting room. Re-running reuses "
+        "what is there."
     )
 
     def add_arguments(self, parser):
@@ -144,6 +150,9 @@ class Command(BaseCommand):
                 end_at=start + timedelta(hours=2),
                 total_stock=spec.stock,
             )
+            if spec.room:
+                Activity.objects.filter(pk=activity.pk).update(admission_mode=Activity.AdmissionMode.ROOM, **DEMO_ROOM)
+                activity.refresh_from_db()
         elif activity.title != spec.title:  # an older title may state a time that is no longer true
             activity.title = spec.title
             activity = activity_save(activity=activity)
