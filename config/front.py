@@ -13,8 +13,16 @@ itself, stopped where it would count against the limits in Redis — so a shoppe
 process remembers over a limit (429) or as having taken part (409), a bad token or an
 invalid body are answered without the thread hop and Django's request.
 
-Both ask the rules' one home in ``seckill.gates``; whatever the memory cannot decide goes
-on to the app behind, the body already read handed on with it.
+**The rest of a token purchase.** What the memory cannot decide — a purchase that must
+be counted, reserved by the stock script, or a shopper met for the first time — runs the
+purchase's view function (``seckill.apis.purchase_token_answer``, the same one the URL's
+view calls) on the thread pool, wrapped as Django wraps a view (the request signals, the
+request id), without an ``HttpRequest``, the middleware chain or the URL resolver; its
+answer gets the headers the API chain would add. What that function leaves to DRF (a new
+activity without its token yet), anything but a token-authenticated JSON purchase, and a
+body over 4 KiB go on to the app behind, the body already read handed on with it.
+
+Every rule stays in ``seckill.gates``; the front only decides how a request reaches it.
 
 **The connection stays honest.** An early answer does not wait for a body still
 arriving: it is left unread and the answer says ``Connection: close``, so no client reuses
@@ -27,19 +35,24 @@ import asyncio
 import json
 import logging
 import re
+from http import HTTPStatus
 
 from django.conf import settings
+from django.core import signals
 from django.http.request import split_domain_port, validate_host
 from django.urls import reverse
 
 from config.request_log import HEADER as REQUEST_ID_HEADER
-from config.request_log import request_id_of
+from config.request_log import request_id_of, request_id_var
 from core.errors import ApiError
+from core.log_filters import ExpectedRejectionFilter
+from seckill.apis import purchase_token_answer
 from seckill.gates import purchase_early_refusal, purchase_remembered_refusal
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
 from seckill.selectors import activity_snapshot, activity_snapshot_remembered
 
 logger = logging.getLogger(__name__)
+request_logger = logging.getLogger("django.request")
 
 _PLACEHOLDER = 987654321
 # A purchase's body is a few dozen bytes; a larger one goes the full way.
@@ -105,11 +118,18 @@ class EarlyAnswers:
         if message["type"] == "http.disconnect":
             return
         body, more_body = message.get("body", b""), message.get("more_body", False)
-        if refusal is None and not more_body and len(body) <= MAX_BODY:
-            refusal = self.remembered_refusal(activity_id, scope, body)
+        request_id = request_id_of(_header(scope, b"x-request-id") or "")
         if refusal is not None:
             # Early answers do not wait for a body still arriving: it is never read.
-            return await self.respond(refusal, scope, send, close=more_body)
+            return await self.respond(refusal, scope, send, request_id=request_id, close=more_body, logged=False)
+        token = _api_token(scope) if not more_body and len(body) <= MAX_BODY else None
+        if token is not None:
+            request = FrontRequest(scope, body, request_id)
+            answer: Answer | None = self.remembered_refusal(request, activity_id, token)
+            if answer is None:
+                answer = await self.answer_on_pool(request, activity_id)
+            if answer is not None:
+                return await self.respond(answer, scope, send, request_id=request_id, close=False, logged=True)
         return await self.app(scope, _replayed(message, receive), send)
 
     async def look_up(self, activity_id: int) -> None:
@@ -122,18 +142,25 @@ class EarlyAnswers:
         except Exception as exc:
             logger.debug("front: activity %s not looked up: %s", activity_id, exc)
 
-    def remembered_refusal(self, activity_id: int, scope, body: bytes) -> ApiError | None:
+    def remembered_refusal(self, request: FrontRequest, activity_id: int, token: str) -> ApiError | None:
         """A token-authenticated JSON purchase whose refusal this process's memory decides."""
-        authorization = _header(scope, b"authorization") or ""
-        content_type = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "token" or not token or " " in token or content_type != "application/json":
-            return None
         try:
-            data = json.loads(body)
+            data = json.loads(request.body)
         except (ValueError, RecursionError):
             return None  # the full path answers 400
-        return purchase_remembered_refusal(FrontRequest(scope), activity_id=activity_id, token=token, data=data)
+        return purchase_remembered_refusal(request, activity_id=activity_id, token=token, data=data)
+
+    async def answer_on_pool(self, request: FrontRequest, activity_id: int) -> Answer | None:
+        """The purchase's view function (``seckill.apis.purchase_token_answer``) on the thread
+        pool, wrapped as Django wraps a view (the request id for the log lines, the request
+        signals that close a stale database connection); None: DRF's view answers. A bug
+        is logged and answered 500 in the API's shape, as Django would."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self.executor, _view_call, request, activity_id)
+        except Exception:
+            logger.exception("purchase of activity %s failed", activity_id)
+            return ApiError(500, "server_error", "Something went wrong on our side; please try again.")
 
     def answerable(self, scope) -> bool:
         """What Django's middleware would answer first stays theirs: a Host that is not
@@ -149,35 +176,73 @@ class EarlyAnswers:
             return any(pattern.search(path) for pattern in self.redirect_exempt)
         return True
 
-    async def respond(self, refusal: ApiError, scope, send, *, close: bool) -> None:
-        body = json.dumps({"code": refusal.code, "detail": refusal.detail}).encode()
-        request_id = request_id_of(_header(scope, b"x-request-id") or "")
+    async def respond(self, answer: Answer, scope, send, *, request_id: str, close: bool, logged: bool) -> None:
+        """The JSON answer with the API chain's headers, counted in the purchase metric.
+        ``logged``: a 4xx or 5xx gets the log line Django's ``log_response`` would write,
+        except the flood's expected refusals (core.log_filters); the early answers, the
+        same for everyone by the thousand a second, are counted and never logged."""
+        if isinstance(answer, ApiError):
+            status, payload, extra = answer.status, {"code": answer.code, "detail": answer.detail}, answer.headers()
+        else:
+            (status, payload), extra = answer, {}
+        if logged and status >= 400 and status not in ExpectedRejectionFilter.EXPECTED:
+            level = logging.ERROR if status >= 500 else logging.WARNING
+            request_logger.log(level, "%s: %s", HTTPStatus(status).phrase, scope["path"], extra={"status_code": status})
+        body = json.dumps(payload).encode()
         headers = [
             *self.headers[_secure(scope)],
             (b"content-length", str(len(body)).encode("ascii")),
             (REQUEST_ID_HEADER.lower().encode("ascii"), request_id.encode("ascii")),
-            *((name.lower().encode("ascii"), value.encode("latin1")) for name, value in refusal.headers().items()),
+            *((name.lower().encode("ascii"), value.encode("latin1")) for name, value in extra.items()),
         ]
         if close:
             headers.append((b"connection", b"close"))
-        purchase_outcome_count(refusal.code)
-        await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+        purchase_outcome_count(str(payload.get("code") or f"http_{status}"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
+# What the front answers: (status, JSON body) or a refusal.
+Answer = tuple[int, dict] | ApiError
+
+
+def _view_call(request: FrontRequest, activity_id: int) -> Answer | None:
+    request_id_var.set(request.request_id)
+    signals.request_started.send(sender=EarlyAnswers)
+    try:
+        return purchase_token_answer(request, activity_id=activity_id)
+    finally:
+        signals.request_finished.send(sender=EarlyAnswers)
+
+
+def _api_token(scope) -> str | None:
+    """The key of ``Authorization: Token <key>`` on a JSON request; None otherwise."""
+    authorization = _header(scope, b"authorization") or ""
+    content_type = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "token" or not token or " " in token or content_type != "application/json":
+        return None
+    return token
+
+
 class FrontRequest:
-    """What the purchase's checks read of a request (``META``: the client's address and
-    headers, as Django names them), built from the ASGI scope without a Django request."""
+    """What the purchase reads of a request — ``META`` (the client's address and headers,
+    as Django names them), the method, the content type and the body — built from the
+    ASGI scope without a Django request."""
 
-    __slots__ = ("META",)
+    __slots__ = ("META", "body", "request_id")
+    method = "POST"
+    content_type = "application/json"
 
-    def __init__(self, scope):
+    def __init__(self, scope, body: bytes, request_id: str):
         meta: dict[str, str] = {"REMOTE_ADDR": scope["client"][0] if scope.get("client") else ""}
         for name, value in scope["headers"]:
             key = "HTTP_" + name.decode("latin1").upper().replace("-", "_")
             text = value.decode("latin1")
             meta[key] = f"{meta[key]},{text}" if key in meta else text
         self.META = meta
+        self.body = body
+        self.request_id = request_id
 
 
 def _replayed(message, receive):

@@ -165,22 +165,35 @@ class PurchaseApi(APIView):
 _purchase_drf = PurchaseApi.as_view()
 
 
-def purchase(request, activity_id: int):
-    """POST /api/activities/<id>/purchase. A token-authenticated JSON purchase (nearly the
-    whole flood) is answered without DRF's request machinery; anything else goes to
-    PurchaseApi. Both run gates.purchase_admit, then the stock script."""
+def purchase_token_answer(request, *, activity_id: int) -> tuple[int, dict] | ApiError | None:
+    """A token-authenticated JSON purchase (nearly the whole flood) without DRF's request
+    machinery: (202, body), the refusal, or None when DRF's view must answer (anything
+    unusual). The URL's view and the server's front (config/front.py) both answer with it."""
     try:
         admitted = token_purchase_admit(request, activity_id=activity_id)
-        if admitted is not None:
-            return plain_json(purchase_queued(admitted), status=202)
+        if admitted is None:
+            return None
+        return 202, purchase_queued(admitted)
     except Exception as exc:
         # The same answers as DRF's exception handler (api_errors), the database away (an
         # uncached token's lookup) included; anything else is a bug.
         known = api_error_of(exc)
         if known is None:
             raise
-        return error_json(known)
-    return _purchase_drf(request, activity_id=activity_id)
+        return known
+
+
+def purchase(request, activity_id: int):
+    """POST /api/activities/<id>/purchase: a token-authenticated JSON purchase answered by
+    ``purchase_token_answer``; anything else goes to PurchaseApi. Both run
+    gates.purchase_admit, then the stock script."""
+    answer = purchase_token_answer(request, activity_id=activity_id)
+    if answer is None:
+        return _purchase_drf(request, activity_id=activity_id)
+    if isinstance(answer, ApiError):
+        return error_json(answer)
+    status, body = answer
+    return plain_json(body, status=status)
 
 
 # The DRF view's attributes (.cls for the schema, csrf_exempt for the middleware).

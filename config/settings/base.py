@@ -336,7 +336,7 @@ SECKILL_ROOM_TICK_INTERVAL = env.float("SECKILL_ROOM_TICK_INTERVAL", default=1.0
 SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=1.0)
 # Seconds a web process answers "duplicate" itself to a shopper Redis reserved for or
 # refused as a duplicate (seckill/took_part.py).
-SECKILL_DUPLICATE_TTL = env.float("SECKILL_DUPLICATE_TTL", default=1.0)
+SECKILL_DUPLICATE_TTL = env.float("SECKILL_DUPLICATE_TTL", default=10.0)
 # The activity copy in the cache Redis, unknown ids remembered as absent, and how long a
 # request waits for another process's rebuild before reading the database itself.
 SECKILL_ACTIVITY_REDIS_TTL = env.float("SECKILL_ACTIVITY_REDIS_TTL", default=60.0)
