@@ -32,7 +32,7 @@ from .breaker import redis_away
 from .captcha import captcha_consume
 from .limited import limited_for, limited_remember
 from .models import Activity
-from .room import room_ticket_check
+from .room import room_ticket_check, room_used
 from .selectors import (
     ActivitySnapshot,
     activity_snapshot,
@@ -350,16 +350,30 @@ def token_shopper_limited(
     return shopper.user_id
 
 
+def _admission_rate(activity: ActivitySnapshot) -> int:
+    return activity.admission_rate if activity.admission_rate is not None else settings.SECKILL_ADMISSION_RATE
+
+
+_SALE_BUSY = "The sale is very busy; please try again."
+
+
+def purchase_admission_remembered(activity: ActivitySnapshot) -> None:
+    """The cap's verdict while this process remembers the bucket empty: 429 until its next
+    token is due, without Redis."""
+    if not _admission_rate(activity):
+        return
+    left = limited_for(f"admission:{activity.id}")
+    if left is not None:
+        raise _rate_limited(left, _SALE_BUSY)  # no token due before then
+
+
 def purchase_admission_check(activity: ActivitySnapshot) -> None:
     """The activity's global cap: a token bucket in Redis shared by every web process."""
-    rate = activity.admission_rate if activity.admission_rate is not None else settings.SECKILL_ADMISSION_RATE
+    rate = _admission_rate(activity)
     if not rate:
         return
+    purchase_admission_remembered(activity)
     burst = activity.admission_burst or settings.SECKILL_ADMISSION_BURST or rate
-    memory_key = f"admission:{activity.id}"
-    left = limited_for(memory_key)
-    if left is not None:
-        raise _rate_limited(left, "The sale is very busy; please try again.")  # no token due before then
     if redis_away():
         return
     try:
@@ -368,8 +382,8 @@ def purchase_admission_check(activity: ActivitySnapshot) -> None:
         logger.warning("admission cap of activity %s not checked: %s", activity.id, exc)
         return  # the stock script meets the same Redis and answers busy
     if not admitted:
-        limited_remember(memory_key, wait_ms / 1000)
-        raise _rate_limited(wait_ms / 1000, "The sale is very busy; please try again.")
+        limited_remember(f"admission:{activity.id}", wait_ms / 1000)
+        raise _rate_limited(wait_ms / 1000, _SALE_BUSY)
 
 
 def purchase_rate_check(request, *, activity: ActivitySnapshot, user_id: int) -> None:
@@ -480,9 +494,10 @@ def purchase_remembered_refusal(request, *, activity_id: int, token: str, data) 
     """The refusal of a token-authenticated purchase that this process's memory alone
     decides, with no I/O (the server's front calls it on its event loop). It *is*
     ``purchase_admit``, with an ``identify`` that knows the shopper from the token memory
-    and stops where the full path would count against the limits in Redis: so a body that
-    is not valid (400), a bad token (403), a remembered sold-out (410), duplicate (409) or
-    limit (429) are answered as the full path answers them. None when the memory does not
+    and stops where the full path would next need Redis (the count against the limits; with
+    none, the ticket or the admission cap's bucket): so a body that is not valid (400), a
+    bad token (403), a remembered sold-out (410), duplicate (409), limit or empty admission
+    bucket (429) are answered as the full path answers them. None when the memory does not
     know the activity, its token or the shopper, or nothing it remembers refuses."""
     _known, activity = activity_snapshot_remembered(activity_id)
     if activity is None or not activity.purchase_token:
@@ -499,7 +514,10 @@ def purchase_remembered_refusal(request, *, activity_id: int, token: str, data) 
             return shopper.user_id
         before_count(shopper.user_id)
         _limits_remembered(limits, shopper.user_id)
-        raise NotRemembered  # counting needs Redis
+        if not limits.any and not room_used(activity):
+            # Nothing to count and no ticket to use: the admission cap is the next check.
+            purchase_admission_remembered(activity)
+        raise NotRemembered  # counting, the ticket, the cap's bucket or the stock script need Redis
 
     try:
         purchase_admit(request, activity=activity, data=data, now=timezone.now(), identify=identify)

@@ -18,6 +18,7 @@ from orders.models import Order
 from orders.services import order_cancel
 from seckill.activities import activity_token_ensure
 from seckill.gates import known_shopper, purchase_admit, purchase_early_refusal, purchase_remembered_refusal
+from seckill.limited import limited_remember
 from seckill.models import Activity
 from seckill.replay import reservations_drain
 from seckill.selectors import activity_snapshot, activity_snapshot_forget
@@ -49,6 +50,8 @@ def handed():
     counter = front.app = Handed(full_path)
     yield counter
     front.app = full_path
+
+
 COMPARED = ("content-type", "x-content-type-options", "referrer-policy", "cross-origin-opener-policy", "retry-after")
 
 
@@ -284,3 +287,24 @@ def test_a_request_without_credentials_for_an_unknown_or_closed_sale_gets_the_ea
         assert (early["status"], json.loads(early["body"])["code"]) in ((404, code), (403, code))
         full = asgi_call(full_path, "POST", f"/api/activities/{activity_id}/purchase")
         assert full["status"] == 401
+
+
+def test_a_sale_whose_admission_cap_is_full_is_refused_at_the_front_as_by_the_full_path():
+    """No per-shopper or per-address limit, an admission cap of one a second: once Redis's
+    bucket said "empty", the process remembers it until the next token is due."""
+    activity = make_activity(stock=10)
+    Activity.objects.filter(pk=activity.pk).update(
+        rate_per_user="off", rate_per_ip="off", admission_rate=1, admission_burst=1
+    )
+    activity_snapshot_forget(activity.pk)
+    token = activity_token_ensure(activity_id=activity.pk)
+    first, second, third = (token_of(u) for u in make_users(3, prefix="capped"))
+    assert _buy(front, activity.pk, first, token)["status"] == 202
+    assert _buy(front, activity.pk, second, token)["json"]["code"] == "rate_limited"  # from Redis's bucket
+    # The bucket's next token is due within a second; a busy machine may take longer than
+    # that for what follows, so the verdict is remembered for a minute, as a slower cap's would be.
+    limited_remember(f"admission:{activity.pk}", 60)
+    _buy(full_path, activity.pk, third, "wrong")  # the process meets the third shopper
+    early, full = _remembered_then_full(activity.pk, third, {"token": token})
+    _same(early, full)
+    assert early["json"]["code"] == "rate_limited"
