@@ -82,6 +82,8 @@ def test_short_partition_drill_every_verdict_passes(tmp_path):
     # The fault was there: web-a answered busy while it could not reach the cluster.
     assert figures["answers"].get("503", 0) > 0, figures
     assert verdicts["hosts_with_a_route_out"] == []
+    # The base latency was added, by netem or, where the kernel has none, by the relays.
+    assert verdicts["latency_ms"] == 0.25 and verdicts["latency_by"] in {"netem", "relay"}, verdicts
     assert all(a.startswith("198.18.1.") for a in verdicts["addresses"].values()), verdicts["addresses"]
     assert not _leftovers(1), "the drill left namespaces or links"
     assert not _processes_mentioning(str(run_dir)), "the drill left processes running"
