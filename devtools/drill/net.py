@@ -1,7 +1,9 @@
 """The drill's network: one Linux network namespace per host, each joined to one bridge
 by a veth pair, addresses in 198.18.<instance>.0/24 (part of 198.18.0.0/15, the range
 reserved for network benchmarks), no default route in any namespace (nothing reaches out),
-and a ``tc netem`` delay on both ends of every veth when the kernel has the qdisc.
+and a ``tc netem`` delay on both ends of every veth when the kernel has the qdisc (where it
+has not, ``self.netem`` says why and the stack puts a delay relay in front of every server
+instead: devtools/drill/relay.py, Stack.start_relays).
 
 Every name starts with the instance's prefix (``sdk<instance>``, instance 0 to 9, so that a
 CI run and a manual one can run side by side): ``cleanup()`` removes whatever a crashed run

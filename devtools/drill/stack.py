@@ -14,6 +14,10 @@ broker     198.18.N.32     redis-server with an append-only file: Celery's broke
 redis-1..3 198.18.N.41-43  Redis Cluster primaries (Debian's redis-server, appendonly yes)
 redis-4..6 198.18.N.44-46  one replica of each primary
 =========  ==============  ==================================================================
+
+Where the kernel has no ``sch_netem``, each server host also runs a delay relay
+(devtools/drill/relay.py) on the server's address and port, and the server binds the next
+port (8001, 5433, 6380; the cluster's nodes announce the relay's 6379 and their bus, 16380).
 """
 
 from __future__ import annotations
