@@ -297,8 +297,8 @@ SECKILL_DRAIN_TASK_SECONDS = env.float("SECKILL_DRAIN_TASK_SECONDS", default=20.
 # that a steady stream of purchases is turned into orders ~a batch at a time, not one by
 # one with a pass's fixed cost each (orders trail purchases by about this much more).
 SECKILL_DRAIN_PASS_PAUSE = env.float("SECKILL_DRAIN_PASS_PAUSE", default=0.1)
-# Orders created per database transaction by the drain task.
-SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=100)
+# Orders created per database transaction by the drain task (docs/DESIGN-NOTES.md, "The order batch").
+SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=500)
 # Default payment deadline (seconds) for new activities.
 SECKILL_DEFAULT_PAY_TIMEOUT = env.int("SECKILL_DEFAULT_PAY_TIMEOUT", default=15 * 60)
 # How often beat reconciles each live activity (seconds); the final run is at close.
