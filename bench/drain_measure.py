@@ -15,7 +15,7 @@ not. Quote the medians (of each column).
 PostgreSQL's CPU is that of every process of the embedded server; on a server given by
 DATABASE_URL (shared with others) it is that of this process's own backend only (no WAL
 writer or checkpointer). Redis's is the whole server's either way (on a shared server it
-includes the others' commands). ``SECKILL_ORDER_BATCH_SIZE=500`` measures another batch size.
+includes the others' commands). ``SECKILL_ORDER_BATCH_SIZE=100`` measures another batch size.
 """
 
 from __future__ import annotations
