@@ -45,7 +45,7 @@ from django.urls import reverse
 from config.request_log import HEADER as REQUEST_ID_HEADER
 from config.request_log import request_id_of, request_id_var
 from core.errors import ApiError
-from core.log_filters import ExpectedRejectionFilter
+from core.log_filters import rejection_expected
 from seckill.apis import purchase_token_answer
 from seckill.gates import purchase_early_refusal, purchase_remembered_refusal
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
@@ -185,7 +185,7 @@ class EarlyAnswers:
             status, payload, extra = answer.status, {"code": answer.code, "detail": answer.detail}, answer.headers()
         else:
             (status, payload), extra = answer, {}
-        if logged and status >= 400 and status not in ExpectedRejectionFilter.EXPECTED:
+        if logged and status >= 400 and not rejection_expected(status, payload.get("code")):
             level = logging.ERROR if status >= 500 else logging.WARNING
             request_logger.log(level, "%s: %s", HTTPStatus(status).phrase, scope["path"], extra={"status_code": status})
         body = json.dumps(payload).encode()

@@ -308,3 +308,27 @@ def test_a_sale_whose_admission_cap_is_full_is_refused_at_the_front_as_by_the_fu
     early, full = _remembered_then_full(activity.pk, third, {"token": token})
     _same(early, full)
     assert early["json"]["code"] == "rate_limited"
+
+
+def test_the_front_logs_what_the_full_path_logs(caplog):
+    """An invalid body is a 4xx worth a line either way; a sale not started is answered by the
+    thousand and logged by neither."""
+    now = timezone.now()
+    upcoming = make_activity(stock=3, start_at=now + timedelta(hours=1), end_at=now + timedelta(hours=2))
+    live = make_activity(stock=3)
+    token = activity_token_ensure(activity_id=live.pk)
+    key = token_of(make_users(1, prefix="logged")[0])
+    for app in (front, full_path):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="django.request"):
+            assert _buy(app, upcoming.pk, key, "x")["json"]["code"] == "not_started"
+            answer = asgi_call(
+                app,
+                "POST",
+                f"/api/activities/{live.pk}/purchase",
+                headers={"Authorization": f"Token {key}"},
+                body={"token": token, "quantity": "two"},
+            )
+            assert answer["status"] == 400
+        logged = [getattr(r, "status_code", None) for r in caplog.records if r.name == "django.request"]
+        assert logged == [400], app
