@@ -442,6 +442,25 @@ def form_data(**overrides) -> dict:
     return data
 
 
+def staff_member(group: str | None):
+    """(user, logged-in client) of a staff member of ``group``; None: a superuser. Each
+    call makes a user of its own."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.test import Client
+
+    User = get_user_model()
+    name = f"{group or 'super'}-{User.objects.count()}"
+    if group is None:
+        user = User.objects.create_superuser(name, "s@example.com", "pw-for-tests")
+    else:
+        user = User.objects.create_user(name, password="pw-for-tests", is_staff=True)
+        user.groups.add(Group.objects.get(name=group))
+    client = Client()
+    client.force_login(user)
+    return user, client
+
+
 def staff_groups_create() -> None:
     """The staff groups and their grants as the data migrations make them: a transactional
     test's flush empties every table, the migrations' rows included."""

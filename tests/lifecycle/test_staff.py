@@ -18,8 +18,8 @@ from seckill.selectors import redis_remaining
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
-from ..factories import UserFactory, make_activity, make_users
-from ..helpers import staff_groups_create
+from ..factories import make_activity, make_users
+from ..helpers import staff_groups_create, staff_member
 from ..paying import pay_through_provider
 from .helpers import buy, reserve
 
@@ -29,14 +29,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def staff_groups():
     staff_groups_create()
-
-
-def _staff(group: str):
-    user = UserFactory(username=f"{group}-member", is_staff=True)
-    user.groups.add(Group.objects.get(name=group))
-    client = Client()
-    client.force_login(user)
-    return user, client
 
 
 def _activity_form(activity) -> dict:
@@ -87,7 +79,7 @@ def test_the_groups_exist_with_their_permissions():
 
 def test_a_reviewer_sees_activities_but_cannot_change_them():
     activity = make_activity(stock=5, warm=False)
-    _, client = _staff("reviewers")
+    _, client = staff_member("reviewers")
     url = reverse("admin:seckill_activity_change", args=[activity.pk])
     assert client.get(url).status_code == 200
     assert client.post(url, _activity_form(activity)).status_code == 403
@@ -103,7 +95,7 @@ def test_a_merchant_changes_activities_but_cannot_resolve_an_anomaly():
     activity = make_activity(stock=5, warm=False, started=False)  # not yet locked: its price may change
     (shopper,) = make_users(1)
     anomaly = _anomaly(activity, shopper)
-    _, client = _staff("merchants")
+    _, client = staff_member("merchants")
     url = reverse("admin:seckill_activity_change", args=[activity.pk])
     response = client.post(url, _activity_form(activity))
     assert response.status_code == 302, response.content.decode()[:2000]
@@ -159,7 +151,7 @@ def test_a_reviewer_reads_the_evidence_and_resolves_with_a_note():
     StockMovement.objects.filter(order=order).delete()
     reconcile(activity_id=activity.pk)
     anomaly = AnomalyOrder.objects.get(activity=activity, kind=AnomalyOrder.Kind.PAID_NOT_DEDUCTED)
-    reviewer, client = _staff("reviewers")
+    reviewer, client = staff_member("reviewers")
 
     page = client.get(reverse("admin:orders_anomalyorder_change", args=[anomaly.pk])).content.decode()
     assert "Redis state" in page and order.order_no in page and "shopper&#x27;s live reservation" in page
@@ -188,7 +180,7 @@ def test_staff_recreate_the_order_of_a_released_reservation_and_return_its_stock
 
     reservation_release(activity_id=activity.pk, entry=entry, free_participant=True, reason="replay_exhausted")
     anomaly = _anomaly(activity, shopper)
-    reviewer, client = _staff("reviewers")
+    reviewer, client = staff_member("reviewers")
 
     act = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "recreate"])
     assert client.post(act, {"note": "shopper complained"}).status_code == 302
@@ -221,7 +213,7 @@ def test_the_report_page_shows_the_numbers_beside_the_charts():
     pay_through_provider(orders[0])
     reconcile(activity_id=activity.pk)  # quiet: the summary only
     reconcile(activity_id=activity.pk, final=True)  # the final check stores a report
-    _, client = _staff("reviewers")
+    _, client = staff_member("reviewers")
     response = client.get(reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]))
     assert response.status_code == 200
     page = response.content.decode()
@@ -280,7 +272,7 @@ def test_sharded_anomalies_name_their_shard_and_staff_return_the_units_there(set
         evidence = anomaly_evidence(anomaly=anomaly)["redis"]
         assert evidence["shard"] == anomaly.shard and evidence["reservation still in the log"]
 
-    reviewer, _ = _staff("reviewers")
+    reviewer, _ = staff_member("reviewers")
     for anomaly in anomalies:
         stocks = [int(client.get(k.stock)) for k in keys.shards(2)]
         assert "released" in anomaly_stock_return(anomaly=anomaly, by=reviewer, note="gave up")

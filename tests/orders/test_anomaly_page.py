@@ -20,7 +20,7 @@ from stock.redis_client import stock_redis
 from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
 from ..factories import UserFactory, make_activity, make_users
-from ..helpers import staff_groups_create
+from ..helpers import staff_groups_create, staff_member
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,14 +28,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def staff_groups():
     staff_groups_create()
-
-
-def _staff(group: str):
-    user = UserFactory(username=f"{group}-member", is_staff=True)
-    user.groups.add(Group.objects.get(name=group))
-    client = Client()
-    client.force_login(user)
-    return user, client
 
 
 def _page(client, anomaly) -> str:
@@ -59,7 +51,7 @@ def _drift(activity) -> AnomalyOrder:
 def test_each_kind_offers_exactly_its_actions_and_each_answers_a_reviewer():
     activity = make_activity(stock=20, pay_timeout=600)
     shoppers = make_users(len(AnomalyOrder.Kind))
-    _, client = _staff("reviewers")
+    _, client = staff_member("reviewers")
     for kind, shopper in zip(AnomalyOrder.Kind, shoppers, strict=True):
         anomaly, _ = anomaly_record(
             kind=kind, activity_id=activity.pk, fault_key=f"test:{kind}", details={"quantity": 1}
@@ -80,7 +72,7 @@ def test_each_kind_offers_exactly_its_actions_and_each_answers_a_reviewer():
 def test_an_action_that_does_not_fit_the_kind_is_refused_with_a_message():
     activity = make_activity(stock=5)
     anomaly = _drift(activity)
-    _, client = _staff("reviewers")
+    _, client = staff_member("reviewers")
     for action in ("return", "recreate"):
         act = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, action])
         response = client.post(act, {"note": "x"}, follow=True)
@@ -93,7 +85,7 @@ def test_a_reviewer_derives_the_stock_of_a_drift_again_and_sees_the_effect():
     activity = make_activity(stock=5)
     anomaly = _drift(activity)
     assert redis_remaining(activity.pk) == 8
-    reviewer, client = _staff("reviewers")
+    reviewer, client = staff_member("reviewers")
     assert "Derive the stock again" in _page(client, anomaly)
 
     act = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "rederive"])
@@ -118,7 +110,7 @@ def test_a_reviewer_derives_the_stock_of_a_drift_again_and_sees_the_effect():
 def test_resolving_a_drift_still_measured_says_so_in_the_history():
     activity = make_activity(stock=5)
     anomaly = _drift(activity)
-    _, client = _staff("reviewers")
+    _, client = staff_member("reviewers")
     resolve = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "resolve"])
     client.post(resolve, {"note": "looks fine to me"})
     anomaly.refresh_from_db()
@@ -130,7 +122,7 @@ def test_resolving_a_drift_still_measured_says_so_in_the_history():
 def test_the_action_box_is_below_the_evidence_with_its_stylesheet():
     activity = make_activity(stock=5)
     anomaly = _drift(activity)
-    _, client = _staff("reviewers")
+    _, client = staff_member("reviewers")
     page = _page(client, anomaly)
     assert 'href="/static/orders/anomaly.css"' in page or "orders/anomaly.css" in page
     assert 'class="anomaly-actions"' in page and "style=" not in page.split('class="anomaly-actions"')[1]
@@ -144,7 +136,7 @@ def test_the_action_box_is_below_the_evidence_with_its_stylesheet():
 def test_the_admin_header_counts_open_anomalies_for_those_who_may_view_them():
     activity = make_activity(stock=5)
     anomaly = _drift(activity)
-    _, reviewer = _staff("reviewers")
+    _, reviewer = staff_member("reviewers")
     index = reviewer.get(reverse("admin:index")).content.decode()
     assert re.search(r'id="anomaly-count"[^>]*>1 open anomaly<', index)
     assert "Flash sale · shop admin" in index  # the branding stays
@@ -194,7 +186,7 @@ def test_in_chromium_the_action_box_is_full_width_at_1280_and_1920(shop_server, 
 def test_a_rederive_while_another_reconciliation_runs_says_so_and_keeps_the_warm_up():
     activity = make_activity(stock=5)
     anomaly = _drift(activity)
-    _, client = _staff("reviewers")
+    _, client = staff_member("reviewers")
     lock = stock_redis().lock(f"seckill:{ActivityKeys(activity.pk).tag}:reconcile", timeout=60)
     assert lock.acquire()
     try:

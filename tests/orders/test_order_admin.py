@@ -16,6 +16,7 @@ from orders.models import AnomalyOrder, Order
 from orders.services import anomaly_record, order_address_attach, order_cancel
 
 from ..factories import ProductFactory, make_activity, make_users
+from ..helpers import staff_member
 from ..lifecycle.helpers import buy
 from ..paying import pay_through_provider
 from .addresses import give_address
@@ -46,18 +47,6 @@ def test_a_superuser_saving_an_order_page_cannot_undo_a_cancel():
 # --- merchants, reviewers and superusers on the orders admin --------------------------
 
 
-def _staff(group: str | None):
-    User = get_user_model()
-    if group is None:
-        user = User.objects.create_superuser(f"super-{User.objects.count()}", "s@example.com", "pw-for-tests")
-    else:
-        user = User.objects.create_user(f"{group}-{User.objects.count()}", password="pw-for-tests", is_staff=True)
-        user.groups.add(Group.objects.get(name=group))
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 @pytest.fixture
 def paid_orders():
     activity = make_activity(stock=5, product=ProductFactory(name="Phone X"))
@@ -85,7 +74,7 @@ def _export(client, orders):
 @pytest.mark.django_db  # the staff groups are rows of a data migration: no flush
 def test_a_merchant_sees_the_orders_with_addresses_and_exports_them(paid_orders):
     activity, orders = paid_orders
-    client = _staff("merchants")
+    client = staff_member("merchants")[1]
     listing = client.get("/admin/orders/order/")
     assert listing.status_code == 200
     body = listing.content.decode()
@@ -110,7 +99,7 @@ def test_a_merchant_sees_the_orders_with_addresses_and_exports_them(paid_orders)
 @pytest.mark.django_db  # the staff groups are rows of a data migration: no flush
 def test_a_reviewer_is_not_offered_the_export_and_cannot_run_it(paid_orders):
     _activity, orders = paid_orders
-    client = _staff("reviewers")
+    client = staff_member("reviewers")[1]
     listing = client.get("/admin/orders/order/")
     assert listing.status_code == 200
     assert b"export_for_fulfilment" not in listing.content
@@ -129,7 +118,7 @@ def test_every_link_on_the_orders_admin_pages_works_for_each_role(paid_orders, g
         fault_key="test",
         details={"quantity": 1},
     )
-    client = _staff(group)
+    client = staff_member(group)[1]
     pages = [
         "/admin/orders/order/",
         f"/admin/orders/order/{orders[0].pk}/change/",
