@@ -2,6 +2,7 @@
 every visitor and a CDN may keep it. Used by the view and by `publish`."""
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -101,12 +102,17 @@ def page_strings() -> dict[str, str]:
 
 
 # _page_inputs(...) -> the page; no expiry (a change is a new key): the oldest go first.
-_rendered: ProcessMemory[tuple, RenderedPage] = ProcessMemory(
-    "seckill.pages.rendered",
-    max_entries=256,
-    max_bytes=16 * 1024 * 1024,
-    size_of=lambda inputs, page: shallow_size(inputs, page) + len(getattr(page, "body", b"")),
-)
+def rendered_pages(name: str) -> ProcessMemory[tuple, RenderedPage]:
+    """A memory of rendered pages, bounded by their bytes as well as their number."""
+    return ProcessMemory(
+        name,
+        max_entries=256,
+        max_bytes=16 * 1024 * 1024,
+        size_of=lambda inputs, page: shallow_size(inputs, page) + len(getattr(page, "body", b"")),
+    )
+
+
+_rendered = rendered_pages("seckill.pages.rendered")
 
 
 def _page_inputs(activity: Activity, language: str) -> tuple:
@@ -144,14 +150,28 @@ def activity_page_render(*, activity: Activity, language: str) -> RenderedPage:
 
 
 def _activity_page_render_now(*, activity: Activity, language: str) -> RenderedPage:
-    """Render without a request: no session, no user, no CSRF token can reach the bytes."""
+    return shared_page_render(
+        template="seckill/activity_page.html",
+        activity=activity,
+        language=language,
+        path_of=activity_page_path,
+        strings=page_strings(),
+    )
+
+
+def shared_page_render(
+    *, template: str, activity: Activity, language: str, path_of: Callable[..., str], strings: dict
+) -> RenderedPage:
+    """A page that is the same for every visitor, rendered without a request (no session,
+    no user, no CSRF token can reach the bytes), with its language alternates
+    (``path_of(activity_id=, language=)``), ETag and Last-Modified."""
     alternates = [
-        {"code": code, "name": name, "path": activity_page_path(activity_id=activity.pk, language=code)}
+        {"code": code, "name": name, "path": path_of(activity_id=activity.pk, language=code)}
         for code, name in settings.LANGUAGES
     ]
     with translation.override(language):
         body = render_to_string(
-            "seckill/activity_page.html",
+            template,
             {
                 "activity": activity,
                 "product": activity.product,
@@ -159,7 +179,7 @@ def _activity_page_render_now(*, activity: Activity, language: str) -> RenderedP
                 "page_language": language,
                 "language_cookie": settings.LANGUAGE_COOKIE_NAME,
                 "default_language": settings.LANGUAGE_CODE,
-                "strings": page_strings(),
+                "strings": strings,
             },
         ).encode()
     return RenderedPage(

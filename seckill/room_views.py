@@ -1,19 +1,13 @@
 """The waiting room's page: the same bytes for every visitor (it renders without the
 request); the script asks /api/me, the room's status and the shopper's join for the rest."""
 
-import hashlib
-
 from django.conf import settings
 from django.http import Http404
-from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import translation
 from django.utils.translation import gettext as _
 
-from core.memory import ProcessMemory
-
 from .models import Activity
-from .pages import RenderedPage, page_strings
+from .pages import RenderedPage, page_strings, rendered_pages, shared_page_render
 from .views import shared_page
 
 
@@ -52,39 +46,22 @@ def room_strings() -> dict[str, str]:
     }
 
 
-_rendered: ProcessMemory[tuple, RenderedPage] = ProcessMemory("seckill.room_views.rendered", max_entries=256)
+_rendered = rendered_pages("seckill.room_views.rendered")
 
 
 def room_page_render(*, activity: Activity, language: str) -> RenderedPage:
     product = activity.product
     key = (language, activity.pk, activity.updated_at, product.pk, product.name, product.list_price)
     page = _rendered.get(key)
-    if page is not None:
-        return page
-    alternates = [
-        {"code": code, "name": name, "path": room_page_path(activity_id=activity.pk, language=code)}
-        for code, name in settings.LANGUAGES
-    ]
-    with translation.override(language):
-        body = render_to_string(
-            "seckill/room.html",
-            {
-                "activity": activity,
-                "product": product,
-                "alternates": alternates,
-                "page_language": language,
-                "language_cookie": settings.LANGUAGE_COOKIE_NAME,
-                "default_language": settings.LANGUAGE_CODE,
-                "strings": room_strings(),
-            },
-        ).encode()
-    page = RenderedPage(
-        body=body,
-        etag='"' + hashlib.sha256(body).hexdigest()[:32] + '"',
-        last_modified=max(activity.updated_at, product.created_at),
-        language=language,
-    )
-    _rendered.put(key, page)
+    if page is None:
+        page = shared_page_render(
+            template="seckill/room.html",
+            activity=activity,
+            language=language,
+            path_of=room_page_path,
+            strings=room_strings(),
+        )
+        _rendered.put(key, page)
     return page
 
 
