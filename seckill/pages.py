@@ -155,16 +155,22 @@ def _activity_page_render_now(*, activity: Activity, language: str) -> RenderedP
         activity=activity,
         language=language,
         path_of=activity_page_path,
-        strings=page_strings(),
+        strings=page_strings,
     )
 
 
 def shared_page_render(
-    *, template: str, activity: Activity, language: str, path_of: Callable[..., str], strings: dict
+    *,
+    template: str,
+    activity: Activity,
+    language: str,
+    path_of: Callable[..., str],
+    strings: Callable[[], dict],
 ) -> RenderedPage:
     """A page that is the same for every visitor, rendered without a request (no session,
     no user, no CSRF token can reach the bytes), with its language alternates
-    (``path_of(activity_id=, language=)``), ETag and Last-Modified."""
+    (``path_of(activity_id=, language=)``), ETag and Last-Modified. ``strings`` is called
+    in the page's language: the script's texts are translated then."""
     alternates = [
         {"code": code, "name": name, "path": path_of(activity_id=activity.pk, language=code)}
         for code, name in settings.LANGUAGES
@@ -179,7 +185,7 @@ def shared_page_render(
                 "page_language": language,
                 "language_cookie": settings.LANGUAGE_COOKIE_NAME,
                 "default_language": settings.LANGUAGE_CODE,
-                "strings": strings,
+                "strings": strings(),
             },
         ).encode()
     return RenderedPage(

@@ -59,7 +59,7 @@ def room_page_render(*, activity: Activity, language: str) -> RenderedPage:
             activity=activity,
             language=language,
             path_of=room_page_path,
-            strings=room_strings(),
+            strings=room_strings,
         )
         _rendered.put(key, page)
     return page
