@@ -16,11 +16,12 @@ invalid body are answered without the thread hop and Django's request.
 **The rest of a token purchase.** What the memory cannot decide — a purchase that must
 be counted, reserved by the stock script, or a shopper met for the first time — runs the
 purchase's view function (``seckill.apis.purchase_token_answer``, the same one the URL's
-view calls) on the thread pool, wrapped as Django wraps a view (the request signals, the
-request id), without an ``HttpRequest``, the middleware chain or the URL resolver; its
-answer gets the headers the API chain would add. What that function leaves to DRF (a new
-activity without its token yet), anything but a token-authenticated JSON purchase, and a
-body over 4 KiB go on to the app behind, the body already read handed on with it.
+view calls) on the thread pool, with what Django's handler does around a view that this
+one needs (a stale database connection closed, the request id), without an
+``HttpRequest``, the middleware chain or the URL resolver; its answer gets the headers
+the API chain would add. What that function leaves to DRF (a new activity without its
+token yet), anything but a token-authenticated JSON purchase, and a body over 4 KiB go
+on to the app behind, the body already read handed on with it.
 
 Every rule stays in ``seckill.gates``; the front only decides how a request reaches it.
 
@@ -38,7 +39,7 @@ import re
 from http import HTTPStatus
 
 from django.conf import settings
-from django.core import signals
+from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 from django.urls import reverse
 
@@ -152,8 +153,7 @@ class EarlyAnswers:
 
     async def answer_on_pool(self, request: FrontRequest, activity_id: int) -> Answer | None:
         """The purchase's view function (``seckill.apis.purchase_token_answer``) on the thread
-        pool, wrapped as Django wraps a view (the request id for the log lines, the request
-        signals that close a stale database connection); None: DRF's view answers. A bug
+        pool (``_view_call``); None: DRF's view answers. A bug
         is logged and answered 500 in the API's shape, as Django would."""
         loop = asyncio.get_running_loop()
         try:
@@ -207,12 +207,18 @@ Answer = tuple[int, dict] | ApiError
 
 
 def _view_call(request: FrontRequest, activity_id: int) -> Answer | None:
+    """The view on a pool thread, with what Django's request signals do there that this
+    view needs: the request id for its log lines, and a database connection that went
+    stale or past CONN_MAX_AGE closed before and after (the request_started and
+    request_finished receivers). The signals themselves are not sent: their other
+    receivers reset what the front never touches (the URLconf, the caches' connections,
+    DEBUG's query log), and dispatching them was a sixth of the view's CPU."""
     request_id_var.set(request.request_id)
-    signals.request_started.send(sender=EarlyAnswers)
+    close_old_connections()
     try:
         return purchase_token_answer(request, activity_id=activity_id)
     finally:
-        signals.request_finished.send(sender=EarlyAnswers)
+        close_old_connections()
 
 
 def _api_token(scope) -> str | None:

@@ -26,6 +26,7 @@ token is added before its creation returns, and a filter that is missing lets ev
 through to the lookup.
 """
 
+import functools
 import hashlib
 import hmac
 import logging
@@ -39,7 +40,6 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
-from django.utils.crypto import salted_hmac
 from django_redis import get_redis_connection
 from drf_spectacular.authentication import SessionScheme
 from redis import RedisError
@@ -49,6 +49,7 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from core.errors import ApiError
 from core.memory import ProcessMemory
+from stock.redis_client import thread_client
 from stock.scripts import (
     GATE_OVER_FAILURES,
     GATE_UNKNOWN_TOKEN,
@@ -136,9 +137,18 @@ def token_filter_size(capacity: int, error_rate: float) -> tuple[int, int]:
     return bits, max(1, round(bits / capacity * math.log(2)))
 
 
+_ENTRY_SALT = b"seckill.authentication.token-entry"
+
+
+@functools.lru_cache(maxsize=4)
+def _entry_mac_key(secret: str) -> bytes:
+    # django.utils.crypto.salted_hmac's key, derived once per SECRET_KEY instead of per entry.
+    return hashlib.sha256(_ENTRY_SALT + secret.encode()).digest()
+
+
 def _entry_mac(digest: str, user_id: int, username: str) -> str:
-    message = f"{digest}:{user_id}:{username}"
-    return salted_hmac("seckill.authentication.token-entry", message, algorithm="sha256").hexdigest()[:32]
+    message = f"{digest}:{user_id}:{username}".encode()
+    return hmac.new(_entry_mac_key(settings.SECRET_KEY), message, hashlib.sha256).hexdigest()[:32]
 
 
 def _entry(key: str, user_id: int, username: str) -> str:
@@ -199,7 +209,7 @@ def _gate_lookup(key: str, failures: RateLimit | None, *, refused: bool = False)
         return None
     try:
         return run_shopper_gate(
-            get_redis_connection("default"),
+            thread_client("gate", get_redis_connection("default")),
             lookup=token_lookup(key, failures),
             user_id=None,
             count=False,

@@ -194,12 +194,20 @@ def client_ip(request) -> str | None:
 
 
 def _valid_ip(value: str) -> str | None:
+    # Three calls a purchase with the same few addresses: parsed once each (an address
+    # is at most 45 characters; anything longer is not one and is not remembered).
+    return _ip_parsed(value) if len(value) <= 45 else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _ip_parsed(value: str) -> str | None:
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
         return None
 
 
+@functools.lru_cache(maxsize=4096)
 def _ip_bucket(ip: str) -> str:
     """IPv6 clients get a /64 each, as ISPs hand them out; one bucket per IPv4 address."""
     address = ipaddress.ip_address(ip)

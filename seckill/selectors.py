@@ -26,7 +26,7 @@ from core.errors import DATABASE_AWAY, busy
 from core.memory import MISSING, ProcessMemory
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
-from stock.redis_client import stock_redis
+from stock.redis_client import stock_redis, thread_client
 
 from .breaker import redis_away
 from .models import Activity, BlacklistEntry, activity_phase
@@ -78,8 +78,9 @@ class ActivitySnapshot:
 
 
 def gate_redis() -> redis.Redis:
-    """The cache Redis (django-redis ``default``): activity and blacklist copies, captchas."""
-    return get_redis_connection("default")
+    """The cache Redis (django-redis ``default``): activity and blacklist copies, captchas,
+    the shopper gate; through this thread's own connection (stock.redis_client.thread_client)."""
+    return thread_client("gate", get_redis_connection("default"))
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,19 @@
 
 Kept apart from Django's cache so that its URL (``SECKILL_REDIS_URL``), timeouts and
 pool can be set for the purchase path alone.
+
+**A connection per thread.** A command through redis-py's pool costs a purchase more
+than the command itself: taking a connection, checking it has no stray data, giving it
+back (about 40 µs of Python a command, and a purchase sends two: docs/BENCHMARKS.md).
+``thread_client`` gives each thread a client that keeps one connection of the shared
+pool for the thread's life; pipelines and pub/sub still take theirs from the pool.
 """
 
+import os
+import threading
+import time
 from functools import lru_cache
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import redis
 from django.conf import settings
@@ -19,9 +28,52 @@ from core.memory import register_reset
 StockRedis: TypeAlias = redis.Redis | redis.RedisCluster
 
 
-@lru_cache(maxsize=1)
 def stock_redis() -> StockRedis:
-    # redis-py's pool notices a fork and reconnects, so one client per process is safe
+    """This thread's client of the stock Redis (a Cluster's client is shared: it keeps a
+    pool per node and has no single-connection mode)."""
+    shared = _stock_redis_shared()
+    return shared if isinstance(shared, redis.RedisCluster) else thread_client("stock", shared)
+
+
+_threads = threading.local()
+
+
+def thread_client(name: str, shared: redis.Redis) -> redis.Redis:
+    """A client of ``shared``'s pool that holds one connection for this thread (one per
+    ``name``: a new ``shared`` replaces the old one's).
+
+    Its connection is made when it is created: with Redis away this thread uses
+    ``shared`` itself for a second (its command fails where the caller handles Redis
+    errors) before it tries again. A client inherited through a fork is the parent's
+    socket: the child makes its own (redis-py never shuts a socket another process
+    opened). A thread that ends gives its connection back to the pool."""
+    clients: dict[str, _Held] = _threads.__dict__.setdefault("clients", {})
+    held = clients.get(name)
+    pid = os.getpid()
+    if held is not None and held.pid == pid and held.shared is shared:
+        if held.client is not None:
+            return held.client
+        if time.monotonic() < held.retry_at:
+            return shared
+    try:
+        client = shared.client()
+    except redis.RedisError:
+        clients[name] = _Held(pid, shared, None, time.monotonic() + 1.0)
+        return shared
+    clients[name] = _Held(pid, shared, client, 0.0)
+    return client
+
+
+class _Held(NamedTuple):
+    pid: int
+    shared: redis.Redis
+    client: redis.Redis | None
+    retry_at: float
+
+
+@lru_cache(maxsize=1)
+def _stock_redis_shared() -> StockRedis:
+    # redis-py's pool notices a fork and reconnects, so one pool per process is safe
     # under gunicorn's pre-fork model and Celery's prefork pool.
     options = {"socket_connect_timeout": 1, "socket_timeout": 2, "health_check_interval": 30, "max_connections": 200}
     if settings.SECKILL_REDIS_CLUSTER:
@@ -60,5 +112,6 @@ def no_retries() -> Retry:
 
 @register_reset
 def reset_stock_redis() -> None:
-    """Forget the client (tests point the settings at another Redis)."""
-    stock_redis.cache_clear()
+    """Forget the client (tests point the settings at another Redis); every thread's
+    client is of the old pool and is made again on its next call."""
+    _stock_redis_shared.cache_clear()
