@@ -16,12 +16,15 @@ invalid body are answered without the thread hop and Django's request.
 **The rest of a token purchase.** What the memory cannot decide — a purchase that must
 be counted, reserved by the stock script, or a shopper met for the first time — runs the
 purchase's view function (``seckill.apis.purchase_token_answer``, the same one the URL's
-view calls) on the thread pool, with what Django's handler does around a view that this
-one needs (a stale database connection closed, the request id), without an
-``HttpRequest``, the middleware chain or the URL resolver; its answer gets the headers
-the API chain would add. What that function leaves to DRF (a new activity without its
-token yet), anything but a token-authenticated JSON purchase, and a body over 4 KiB go
-on to the app behind, the body already read handed on with it.
+view calls), with what Django's handler does around a view that this one needs (a stale
+database connection closed, the request id), without an ``HttpRequest``, the middleware
+chain or the URL resolver; its answer gets the headers the API chain would add. It runs
+on the event loop itself when ``seckill.gates.purchase_runs_inline`` says it needs only
+memory and two short Redis round trips (the hop to a thread and back cost as much CPU
+as the purchase: docs/BENCHMARKS.md), else on the thread pool. What that function
+leaves to DRF (a new activity without its token yet), anything but a token-authenticated
+JSON purchase, and a body over 4 KiB go on to the app behind, the body already read
+handed on with it.
 
 Every rule stays in ``seckill.gates``; the front only decides how a request reaches it.
 
@@ -39,6 +42,7 @@ import re
 from http import HTTPStatus
 
 from django.conf import settings
+from django.core.exceptions import SynchronousOnlyOperation
 from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 from django.urls import reverse
@@ -48,7 +52,13 @@ from config.request_log import request_id_of, request_id_var
 from core.errors import ApiError
 from core.log_filters import rejection_expected
 from seckill.apis import purchase_token_answer
-from seckill.gates import purchase_early_refusal, purchase_remembered_refusal
+from seckill.authentication import DatabaseNeeded
+from seckill.gates import (
+    purchase_early_refusal,
+    purchase_remembered_refusal,
+    purchase_runs_inline,
+    token_shopper_fetch,
+)
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
 from seckill.selectors import activity_snapshot, activity_snapshot_remembered
 
@@ -128,7 +138,7 @@ class EarlyAnswers:
             request = FrontRequest(scope, body, request_id)
             answer: Answer | None = self.remembered_refusal(request, activity_id, token)
             if answer is None:
-                answer = await self.answer_on_pool(request, activity_id)
+                answer = await self.answer(request, activity_id, token)
             if answer is not None:
                 return await self.respond(answer, scope, send, request_id=request_id, close=False, logged=True)
         return await self.app(scope, _replayed(message, receive), send)
@@ -150,6 +160,48 @@ class EarlyAnswers:
         except (ValueError, RecursionError):
             return None  # the full path answers 400
         return purchase_remembered_refusal(request, activity_id=activity_id, token=token, data=data)
+
+    async def answer(self, request: FrontRequest, activity_id: int, token: str) -> Answer | None:
+        """On the event loop when ``seckill.gates.purchase_runs_inline`` says the purchase
+        needs only memory and two short Redis round trips; a token only the database knows
+        is fetched on the thread pool and the purchase runs on the loop again (nothing was
+        written before it stopped). Anything else, and whatever the fetch cannot settle
+        (a token nobody has, the database away), runs on the pool as a whole."""
+        if purchase_runs_inline(activity_id):
+            inline = self.answer_inline(request, activity_id)
+            if inline is DATABASE_NEEDED and await self.token_fetch(request, token):
+                inline = self.answer_inline(request, activity_id)
+            if not isinstance(inline, OnPool):
+                return inline
+        return await self.answer_on_pool(request, activity_id)
+
+    def answer_inline(self, request: FrontRequest, activity_id: int) -> Answer | OnPool | None:
+        """The purchase's view function on the event loop itself; ``DATABASE_NEEDED`` when
+        only the database knows the token (nothing written yet), ``ON_POOL`` when a copy
+        ran out of memory just now (Django refuses a query on the loop before it connects;
+        the pool runs the purchase again, and a limit it counted is counted again)."""
+        try:
+            return _view_call(request, activity_id, database=False)
+        except DatabaseNeeded:
+            return DATABASE_NEEDED
+        except SynchronousOnlyOperation:
+            logger.info("purchase of activity %s needed the database on the event loop: run on the pool", activity_id)
+            return ON_POOL
+        except Exception:
+            logger.exception("purchase of activity %s failed", activity_id)
+            return ApiError(500, "server_error", "Something went wrong on our side; please try again.")
+
+    async def token_fetch(self, request: FrontRequest, token: str) -> bool:
+        """The token's shopper from the database, on the thread pool, into this process's
+        memory and the shared cache (``seckill.gates.token_shopper_fetch``); False when
+        that did not settle it: the full path answers (401, 429, busy) as it would."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, _fetch_call, request, token)
+        except Exception as exc:
+            logger.debug("front: token not fetched: %s", exc)
+            return False
+        return True
 
     async def answer_on_pool(self, request: FrontRequest, activity_id: int) -> Answer | None:
         """The purchase's view function (``seckill.apis.purchase_token_answer``) on the thread
@@ -206,7 +258,23 @@ class EarlyAnswers:
 Answer = tuple[int, dict] | ApiError
 
 
-def _view_call(request: FrontRequest, activity_id: int) -> Answer | None:
+class OnPool:
+    """answer_inline's "run it on the thread pool instead"."""
+
+
+ON_POOL = OnPool()
+DATABASE_NEEDED = OnPool()  # ... once the token is fetched, or again on the loop
+
+
+def _fetch_call(request: FrontRequest, token: str) -> None:
+    close_old_connections()
+    try:
+        token_shopper_fetch(request, token)
+    finally:
+        close_old_connections()
+
+
+def _view_call(request: FrontRequest, activity_id: int, *, database: bool = True) -> Answer | None:
     """The view on a pool thread, with what Django's request signals do there that this
     view needs: the request id for its log lines, and a database connection that went
     stale or past CONN_MAX_AGE closed before and after (the request_started and
@@ -214,6 +282,8 @@ def _view_call(request: FrontRequest, activity_id: int) -> Answer | None:
     receivers reset what the front never touches (the URLconf, the caches' connections,
     DEBUG's query log), and dispatching them was a sixth of the view's CPU."""
     request_id_var.set(request.request_id)
+    if not database:  # the event loop's thread, which never holds a database connection
+        return purchase_token_answer(request, activity_id=activity_id, database=False)
     close_old_connections()
     try:
         return purchase_token_answer(request, activity_id=activity_id)

@@ -49,7 +49,7 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from core.errors import ApiError
 from core.memory import ProcessMemory
-from stock.redis_client import thread_client
+from stock.redis_client import cache_redis
 from stock.scripts import (
     GATE_OVER_FAILURES,
     GATE_UNKNOWN_TOKEN,
@@ -209,7 +209,7 @@ def _gate_lookup(key: str, failures: RateLimit | None, *, refused: bool = False)
         return None
     try:
         return run_shopper_gate(
-            thread_client("gate", get_redis_connection("default")),
+            cache_redis(),
             lookup=token_lookup(key, failures),
             user_id=None,
             count=False,
@@ -222,12 +222,18 @@ def _gate_lookup(key: str, failures: RateLimit | None, *, refused: bool = False)
         return None
 
 
+class DatabaseNeeded(Exception):
+    """Only the database knows this token, and the caller may not wait for it (the
+    server's front on its event loop). Nothing was written: ask again where it may."""
+
+
 def token_shopper_of_reply(
-    key: str, reply: GateReply | None, *, failures: RateLimit | None
+    key: str, reply: GateReply | None, *, failures: RateLimit | None, database: bool = True
 ) -> tuple[TokenShopper, bool]:
     """The shopper of a token the gate script looked up (``reply``; None: Redis away), and
     whether the reply is the token's own entry (its counts apply). The database answers
-    when the cache may hold the token but does not (or holds an entry nobody signed).
+    when the cache may hold the token but does not (or holds an entry nobody signed);
+    without ``database``, DatabaseNeeded is raised then (the script counted nothing).
     Raises AuthenticationFailed (401) or ApiError 429 (the address failed too often)."""
     if reply is not None:
         if reply.over == GATE_UNKNOWN_TOKEN:
@@ -239,7 +245,15 @@ def token_shopper_of_reply(
             if known is not None:
                 _remember(("token", key), known)
                 return known, True
+    if not database:
+        raise DatabaseNeeded
     return _token_shopper_from_database(key, failures=failures, redis_up=reply is not None), False
+
+
+def token_shopper_from_database(key: str, *, failures: RateLimit | None) -> TokenShopper:
+    """The shopper of a token the shared cache does not hold, from the database (and
+    remembered here and in the shared cache); AuthenticationFailed for a token nobody has."""
+    return _token_shopper_from_database(key, failures=failures, redis_up=not redis_away())
 
 
 def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_up: bool) -> TokenShopper:

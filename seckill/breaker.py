@@ -17,6 +17,7 @@ Redis (``seckill.fallback.reserve_participants_sync``) so none of them buys a se
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from functools import lru_cache
@@ -42,11 +43,23 @@ class CircuitBreaker:
         self._failures = 0
         self._opened_at = 0.0
         self._probing = False
+        self._error_at = -math.inf
         BREAKER_STATE.set(0)
 
     @property
     def state(self) -> str:
         return self._state
+
+    @property
+    def quiet(self) -> bool:
+        """Closed, and no Redis error in this process for ``reset_timeout`` seconds (the
+        server's front runs a purchase on its event loop only then: a timeout there would
+        hold every connection of the process)."""
+        return self._state == self.CLOSED and time.monotonic() >= self._error_at + self.reset_timeout
+
+    def error_note(self) -> None:
+        """A Redis error that does not count towards opening the breaker (the cache Redis's)."""
+        self._error_at = time.monotonic()
 
     @property
     def probe_due(self) -> bool:
@@ -93,6 +106,7 @@ class CircuitBreaker:
                 self._failures = 0
 
     def record_failure(self, ticket: str) -> None:
+        self.error_note()
         with self._lock:
             if ticket == self.PROBE:
                 self._open()

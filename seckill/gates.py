@@ -27,8 +27,8 @@ from stock.redis_client import stock_redis
 from stock.scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
 
 from .activities import activity_token_ensure
-from .authentication import token_known, token_lookup, token_shopper_of_reply
-from .breaker import redis_away
+from .authentication import token_known, token_lookup, token_shopper_from_database, token_shopper_of_reply
+from .breaker import redis_away, redis_breaker
 from .captcha import captcha_consume
 from .limited import limited_for, limited_remember
 from .models import Activity
@@ -38,6 +38,7 @@ from .selectors import (
     activity_snapshot,
     activity_snapshot_remembered,
     blacklist,
+    blacklist_remembered,
     gate_redis,
     shopper_facts,
 )
@@ -315,6 +316,7 @@ def _gate_call(
             per_address=limits.per_address,
         )
     except redis.RedisError as exc:
+        redis_breaker().error_note()
         logger.warning("rate limits of %s not checked: %s", limits.scope, exc)
         return None
 
@@ -330,7 +332,12 @@ def traffic_limits_check(limits: TrafficLimits, *, user_id: int) -> None:
 
 
 def token_shopper_limited(
-    limits: TrafficLimits, *, token: str, before_count: BeforeCount | None, failures: RateLimit | None = None
+    limits: TrafficLimits,
+    *,
+    token: str,
+    before_count: BeforeCount | None,
+    failures: RateLimit | None = None,
+    database: bool = True,
 ) -> int:
     """The user id of an API token, and (``before_count``: called with the user id first)
     the limits counted and checked, in one round trip for a shopper this process has not
@@ -345,7 +352,7 @@ def token_shopper_limited(
         return known.user_id
     count = before_count is not None and limits.any
     reply = _gate_call(limits, token=token, user_id=None, count=count, failures=failures)
-    shopper, counted = token_shopper_of_reply(token, reply, failures=failures)
+    shopper, counted = token_shopper_of_reply(token, reply, failures=failures, database=database)
     if before_count is not None:
         before_count(shopper.user_id)
     if not counted:
@@ -536,6 +543,31 @@ def purchase_remembered_refusal(request, *, activity_id: int, token: str, data) 
     return None  # not reached: identify stops every purchase that passed the checks
 
 
+def purchase_runs_inline(activity_id: int) -> bool:
+    """Whether a token purchase of this activity needs nothing but this process's memory
+    and two short Redis round trips (the shopper gate, the stock script), so the server's
+    front may run it on its event loop, which costs half the CPU of the hop to a thread.
+    Not when it may wait longer: on the database (the activity's eligibility rules ask for
+    the shopper's facts; the blacklist's copy is not in memory; a token only the database
+    knows raises DatabaseNeeded before anything is written) or on a Redis that erred in
+    this process lately (its timeout would hold every connection of the process)."""
+    if not redis_breaker().quiet:
+        return False
+    _known, activity = activity_snapshot_remembered(activity_id)
+    if activity is None or not activity.purchase_token:
+        return False
+    if activity.min_member_level or activity.min_account_age_days:
+        return False
+    return blacklist_remembered()
+
+
+def token_shopper_fetch(request, token: str) -> None:
+    """The shopper of a token the shared cache does not hold (after DatabaseNeeded), from
+    the database into this process's memory and the shared cache; raises what the full
+    path would (AuthenticationFailed, ApiError 429, the database's errors)."""
+    token_shopper_from_database(token, failures=auth_failure_limit(request))
+
+
 def known_shopper(user_id: int) -> Identify:
     """For a request already authenticated (the DRF view): only the limits to count."""
 
@@ -548,7 +580,7 @@ def known_shopper(user_id: int) -> Identify:
     return identify
 
 
-def token_purchase_admit(request, *, activity_id: int) -> Admitted | None:
+def token_purchase_admit(request, *, activity_id: int, database: bool = True) -> Admitted | None:
     """The checks for an API client (token auth, JSON body) without DRF's request
     machinery, which costs more than the checks themselves: a flash crowd is nearly all
     such requests, and most are answered "sold out" or "rate limited", which should cost
@@ -556,6 +588,7 @@ def token_purchase_admit(request, *, activity_id: int) -> Admitted | None:
 
     Anything unusual (session auth, a bad key, another content type, a body that is not
     JSON, an unknown activity) returns None: the DRF view answers it, with the same checks.
+    Without ``database``, DatabaseNeeded when only the database knows the token.
     """
     if request.method != "POST" or request.content_type != "application/json":
         return None
@@ -577,7 +610,7 @@ def token_purchase_admit(request, *, activity_id: int) -> Admitted | None:
 
     def identify(limits: TrafficLimits, before_count: BeforeCount | None) -> int:
         return token_shopper_limited(
-            limits, token=auth[1], before_count=before_count, failures=auth_failure_limit(request)
+            limits, token=auth[1], before_count=before_count, failures=auth_failure_limit(request), database=database
         )
 
     try:

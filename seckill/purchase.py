@@ -1,5 +1,6 @@
 """The purchase: one atomic Redis script, or the database path while Redis is away."""
 
+import asyncio
 import functools
 import logging
 
@@ -100,7 +101,17 @@ def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int
 
 def _enqueue_drain(activity_id: int) -> None:
     """Ask a worker to turn the log into orders. Fire and forget: if the broker is down,
-    the flag expires and a later purchase asks again, and the replay is behind both."""
+    the flag expires and a later purchase asks again, and the replay is behind both. On
+    the server's event loop (config/front.py) the request is sent from a thread: the loop
+    never waits for the broker."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return _drain_request(activity_id)
+    loop.run_in_executor(None, _drain_request, activity_id)
+
+
+def _drain_request(activity_id: int) -> None:
     from .tasks import reservations_drain_task
 
     try:

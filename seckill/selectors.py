@@ -19,14 +19,13 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from django_redis import get_redis_connection
 from redis.exceptions import LockError
 
 from core.errors import DATABASE_AWAY, busy
 from core.memory import MISSING, ProcessMemory
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
-from stock.redis_client import stock_redis, thread_client
+from stock.redis_client import cache_redis, stock_redis
 
 from .breaker import redis_away
 from .models import Activity, BlacklistEntry, activity_phase
@@ -79,8 +78,8 @@ class ActivitySnapshot:
 
 def gate_redis() -> redis.Redis:
     """The cache Redis (django-redis ``default``): activity and blacklist copies, captchas,
-    the shopper gate; through this thread's own connection (stock.redis_client.thread_client)."""
-    return thread_client("gate", get_redis_connection("default"))
+    the shopper gate; through this thread's own connection (stock.redis_client.cache_redis)."""
+    return cache_redis()
 
 
 @dataclass(frozen=True)
@@ -426,6 +425,11 @@ def _blacklist_undump(data: dict) -> Blacklist:
 _BLACKLIST_CODEC = _Codec(
     blacklist_load, _blacklist_dump, _blacklist_undump, lambda _value: settings.SECKILL_BLACKLIST_REDIS_TTL
 )
+
+
+def blacklist_remembered() -> bool:
+    """The blacklist's copy is in this process's memory: ``blacklist()`` asks nothing."""
+    return _local.get("blacklist", MISSING) is not MISSING
 
 
 def blacklist() -> Blacklist:

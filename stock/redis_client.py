@@ -13,11 +13,13 @@ pool for the thread's life; pipelines and pub/sub still take theirs from the poo
 import os
 import threading
 import time
+from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple, TypeAlias
 
 import redis
 from django.conf import settings
+from django_redis import get_redis_connection
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -32,41 +34,52 @@ def stock_redis() -> StockRedis:
     """This thread's client of the stock Redis (a Cluster's client is shared: it keeps a
     pool per node and has no single-connection mode)."""
     shared = _stock_redis_shared()
-    return shared if isinstance(shared, redis.RedisCluster) else thread_client("stock", shared)
+    if isinstance(shared, redis.RedisCluster):
+        return shared
+    return thread_client("stock", shared, lambda: shared)
+
+
+def cache_redis() -> redis.Redis:
+    """This thread's client of the cache Redis (django-redis ``default``). Looked up by its
+    URL, not through Django's ``caches``: on the server's event loop those are one per
+    request (asgiref's Local is per task there), and so would be the connection."""
+    return thread_client("cache", settings.CACHES["default"]["LOCATION"], lambda: get_redis_connection("default"))
 
 
 _threads = threading.local()
 
 
-def thread_client(name: str, shared: redis.Redis) -> redis.Redis:
-    """A client of ``shared``'s pool that holds one connection for this thread (one per
-    ``name``: a new ``shared`` replaces the old one's).
+def thread_client(name: str, key: object, shared: Callable[[], redis.Redis]) -> redis.Redis:
+    """A client that holds one connection of ``shared()``'s pool for this thread, made
+    again when ``key`` (what names that pool) changes.
 
-    Its connection is made when it is created: with Redis away this thread uses
-    ``shared`` itself for a second (its command fails where the caller handles Redis
+    Its connection is made when it is created: with Redis away this thread uses the
+    pooled client itself for a second (its command fails where the caller handles Redis
     errors) before it tries again. A client inherited through a fork is the parent's
     socket: the child makes its own (redis-py never shuts a socket another process
     opened). A thread that ends gives its connection back to the pool."""
     clients: dict[str, _Held] = _threads.__dict__.setdefault("clients", {})
     held = clients.get(name)
     pid = os.getpid()
-    if held is not None and held.pid == pid and held.shared is shared:
+    if held is not None and held.pid == pid and held.key == key:
         if held.client is not None:
             return held.client
         if time.monotonic() < held.retry_at:
-            return shared
+            return held.pooled
+    pooled = shared()
     try:
-        client = shared.client()
+        client = pooled.client()
     except redis.RedisError:
-        clients[name] = _Held(pid, shared, None, time.monotonic() + 1.0)
-        return shared
-    clients[name] = _Held(pid, shared, client, 0.0)
+        clients[name] = _Held(pid, key, pooled, None, time.monotonic() + 1.0)
+        return pooled
+    clients[name] = _Held(pid, key, pooled, client, 0.0)
     return client
 
 
 class _Held(NamedTuple):
     pid: int
-    shared: redis.Redis
+    key: object
+    pooled: redis.Redis
     client: redis.Redis | None
     retry_at: float
 

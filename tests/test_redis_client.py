@@ -39,11 +39,11 @@ def test_a_new_pool_replaces_the_threads_client():
 
 def test_with_redis_away_the_command_fails_not_the_lookup():
     away = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
-    client = thread_client("test-away", away)
+    client = thread_client("test-away", "away", lambda: away)
     assert client is away, "the pooled client, whose command raises where its caller expects"
     with pytest.raises(redis.ConnectionError):
         client.ping()
-    assert thread_client("test-away", away) is away, "not tried again at once"
+    assert thread_client("test-away", "away", lambda: away) is away, "not tried again at once"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -1,0 +1,197 @@
+"""The server's front runs a token purchase on its event loop when it needs only memory and
+two short Redis round trips (seckill.gates.purchase_runs_inline), and on the thread pool
+otherwise. Either way the answer is the full path's, every 202 becomes an order, and a
+purchase the loop hands to the pool half-way is counted against the limits once."""
+
+import concurrent.futures
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from config.asgi import application as front
+from orders.models import Order
+from seckill.activities import activity_token_ensure
+from seckill.authentication import token_shared_remember
+from seckill.breaker import redis_breaker
+from seckill.models import Activity
+from seckill.replay import reservations_drain
+from seckill.selectors import activity_snapshot, activity_snapshot_forget, blacklist
+
+from ..factories import make_activity, make_users, token_of
+from ..helpers import (
+    asgi_call,
+    assert_identity,
+    purchase,
+    start_celery_worker,
+    start_gunicorn,
+    subprocess_env,
+    wait_until,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+full_path = front.app
+
+
+class CountingPool(concurrent.futures.Executor):
+    """The front's thread pool, counting the purchases it runs."""
+
+    def __init__(self, inner):
+        self.inner, self.views, self.fetches = inner, 0, 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        name = getattr(fn, "__name__", "")
+        self.views += name == "_view_call"
+        self.fetches += name == "_fetch_call"
+        return self.inner.submit(fn, *args, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def pool():
+    inner = front.executor
+    front.executor = counting = CountingPool(inner)
+    yield counting
+    front.executor = inner
+
+
+@pytest.fixture(autouse=True)
+def remembering(settings):
+    """The production memories (the test settings keep none): what lets a purchase run inline."""
+    settings.SECKILL_ACTIVITY_CACHE_TTL = 30
+    settings.SECKILL_BLACKLIST_CACHE_TTL = 30
+    settings.SECKILL_SOLD_OUT_TTL = 30
+    settings.SECKILL_DUPLICATE_TTL = 30
+
+
+def _buy(app, activity, user) -> dict:
+    answer = asgi_call(
+        app,
+        "POST",
+        f"/api/activities/{activity.pk}/purchase",
+        headers={"Authorization": f"Token {token_of(user)}"},
+        body={"token": activity_token_ensure(activity_id=activity.pk), "quantity": 1},
+    )
+    answer["json"] = json.loads(answer["body"])
+    return answer
+
+
+def _cached(*users) -> None:
+    token_shared_remember([(token_of(u), u.pk, u.username) for u in users])
+
+
+def _remembered(activity) -> None:
+    activity_snapshot(activity.pk)
+    blacklist()
+
+
+def test_a_shopper_in_the_shared_cache_buys_on_the_event_loop_and_gets_an_order(pool):
+    activity = make_activity(stock=5)
+    users = make_users(2, prefix="inline")
+    _cached(*users)
+    _remembered(activity)
+    inline = _buy(front, activity, users[0])
+    assert inline["status"] == 202 and inline["json"]["code"] == "queued"
+    assert pool.views == 0, "answered on the event loop"
+    full = _buy(full_path, activity, users[1])
+    assert full["status"] == 202
+    assert set(inline["json"]) == set(full["json"])
+    assert inline["headers"]["content-type"] == full["headers"]["content-type"]
+    reservations_drain(activity_id=activity.pk)
+    assert set(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == {u.pk for u in users}
+    assert _buy(front, activity, users[0])["json"]["code"] == "duplicate"
+    assert_identity(activity)
+
+
+def test_a_token_only_the_database_knows_is_fetched_on_the_pool_and_counted_once(pool):
+    activity = make_activity(stock=5)
+    Activity.objects.filter(pk=activity.pk).update(rate_per_user="1/m")
+    activity_snapshot_forget(activity.pk)
+    (user,) = make_users(1, prefix="inlinedb")
+    _remembered(activity)
+    answer = _buy(front, activity, user)
+    # Counted twice (once on the loop, once on the pool), the one request allowed a
+    # minute would be over its limit: 429.
+    assert answer["status"] == 202, answer["json"]
+    assert (pool.fetches, pool.views) == (1, 0), "the token fetched on the pool, the purchase run on the loop"
+    reservations_drain(activity_id=activity.pk)
+    assert list(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == [user.pk]
+    again = _buy(front, activity, user)
+    assert (pool.fetches, pool.views) == (1, 0), "the token is remembered now"
+    assert again["status"] in (409, 429)
+
+
+def test_a_token_nobody_has_is_answered_by_the_full_path(pool):
+    activity = make_activity(stock=5)
+    _remembered(activity)
+
+    def buy(app) -> dict:
+        return asgi_call(
+            app,
+            "POST",
+            f"/api/activities/{activity.pk}/purchase",
+            headers={"Authorization": "Token " + "0" * 40},
+            body={"token": activity_token_ensure(activity_id=activity.pk), "quantity": 1},
+        )
+
+    answer, full = buy(front), buy(full_path)
+    assert answer["status"] == full["status"] == 401
+    assert json.loads(answer["body"]) == json.loads(full["body"])
+
+
+@pytest.mark.parametrize("why", ["redis_erred", "eligibility", "blacklist_not_remembered"])
+def test_what_may_wait_runs_on_the_pool_with_the_full_paths_answer(pool, why):
+    activity = make_activity(stock=5)
+    if why == "eligibility":
+        Activity.objects.filter(pk=activity.pk).update(min_account_age_days=1)
+    users = make_users(2, prefix=f"pool{why[:8]}")
+    _cached(*users)
+    activity_snapshot_forget(activity.pk)
+    activity_snapshot(activity.pk)
+    if why != "blacklist_not_remembered":
+        blacklist()
+    if why == "redis_erred":
+        redis_breaker().error_note()
+    answer = _buy(front, activity, users[0])
+    assert pool.views == 1, "run on the pool"
+    full = _buy(full_path, activity, users[1])
+    assert answer["status"] == full["status"]
+    assert answer["json"].get("code") == full["json"].get("code")
+    assert answer["status"] == (403 if why == "eligibility" else 202)
+
+
+def test_a_flood_through_the_real_server_keeps_every_202(process_logs):
+    """The real server with the production memories and a real Celery worker: the drain
+    requests a purchase on the loop makes reach the worker, every 202 becomes an order and
+    no unit is sold twice."""
+    stock, shoppers = 60, 150
+    activity = make_activity(stock=stock)
+    users = make_users(shoppers, prefix="inlineflood")
+    _cached(*users[: shoppers // 2])  # half in the shared cache, half only in the database
+    env = subprocess_env(
+        SECKILL_ACTIVITY_CACHE_TTL="30",
+        SECKILL_BLACKLIST_CACHE_TTL="30",
+        SECKILL_SOLD_OUT_TTL="1",
+        SECKILL_DUPLICATE_TTL="10",
+    )
+    worker = start_celery_worker(process_logs, env=env)
+    server, base = start_gunicorn(process_logs, workers=2, threads=4, env=env)
+    try:
+        keys = [token_of(u) for u in users]
+        with ThreadPoolExecutor(max_workers=24) as threads:
+            token = activity_token_ensure(activity_id=activity.pk)
+            answers = list(threads.map(lambda key: purchase(base, activity.pk, key, token), keys))
+        statuses = [status for status, _body, _headers in answers]
+        assert statuses.count(202) == stock, statuses
+        assert set(statuses) <= {202, 410}, statuses
+        wait_until(
+            lambda: Order.objects.filter(activity=activity).count() == stock,
+            timeout=90,
+            what="every 202's order, drained by the worker",
+        )
+        winners = {u.pk for u, (status, _b, _h) in zip(users, answers, strict=True) if status == 202}
+        assert set(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == winners
+        assert_identity(activity)
+    finally:
+        server.stop()
+        worker.stop()
