@@ -96,8 +96,8 @@ _NEVER_BY_COUNT = 1 << 30
 
 @contextmanager
 def prepared_cursor() -> Iterator[Any]:
-    """A cursor for the fixed-text statements the order pipeline runs once per batch:
-    PostgreSQL parses each once per connection, and the arrays travel as binary
+    """A cursor for fixed-text statements run again and again (the order pipeline's, once
+    per batch; the purchase's token lookup): PostgreSQL parses each once per connection, and the arrays travel as binary
     parameters instead of literals in a text it would parse every time. It goes through
     Django's wrappers (errors as django.db exceptions, execute wrappers, query logging).
     A rollback makes psycopg forget its prepared statements; they are prepared again."""

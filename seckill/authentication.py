@@ -37,7 +37,7 @@ from typing import NoReturn
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django_redis import get_redis_connection
@@ -49,6 +49,7 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from core.errors import ApiError
 from core.memory import ProcessMemory
+from inventory.services import prepared_cursor
 from stock.redis_client import cache_redis
 from stock.scripts import (
     GATE_OVER_FAILURES,
@@ -257,8 +258,9 @@ def token_shopper_from_database(key: str, *, failures: RateLimit | None) -> Toke
 
 
 def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_up: bool) -> TokenShopper:
-    # One plain SQL statement, not an ORM query.
-    with connection.cursor() as cursor:
+    # One fixed-text statement, prepared once per connection: not an ORM query, and not
+    # parsed and planned again for every new shopper of a flood.
+    with prepared_cursor() as cursor:
         cursor.execute(_token_user_sql(), [key])
         row = cursor.fetchone()
     if row is None:
