@@ -4,8 +4,8 @@ Kept apart from Django's cache so that its URL (``SECKILL_REDIS_URL``), timeouts
 pool can be set for the purchase path alone.
 
 **A connection per thread.** A command through redis-py's pool costs a purchase more
-than the command itself: taking a connection, checking it has no stray data, giving it
-back (about 40 µs of Python a command, and a purchase sends two: docs/BENCHMARKS.md).
+than the command itself: taking a connection, its telemetry, giving it back (about 40 µs
+of Python a command, and a purchase sends two: docs/DESIGN-NOTES.md).
 ``thread_client`` gives each thread a client that keeps one connection of the shared
 pool for the thread's life; pipelines and pub/sub still take theirs from the pool.
 """
@@ -68,12 +68,30 @@ def thread_client(name: str, key: object, shared: Callable[[], redis.Redis]) -> 
             return held.pooled
     pooled = shared()
     try:
-        client = pooled.client()
+        client = _HeldConnection(connection_pool=pooled.connection_pool, single_connection_client=True)
     except redis.RedisError:
         clients[name] = _Held(pid, key, pooled, None, time.monotonic() + 1.0)
         return pooled
     clients[name] = _Held(pid, key, pooled, client, 0.0)
     return client
+
+
+class _HeldConnection(redis.Redis):
+    """A single-connection client that checks its connection before each command as the
+    pool checks one it hands out: a socket with data waiting or closed by the server (a
+    Redis that restarted) is dropped and the command goes on a new connection, instead of
+    failing once per thread after every restart. A non-blocking read, no pool round."""
+
+    def execute_command(self, *args, **options):
+        connection = self.connection
+        if connection is not None and connection.is_connected:
+            try:
+                stray = connection.can_read()
+            except (redis.ConnectionError, OSError):
+                stray = True
+            if stray:
+                connection.disconnect()
+        return super().execute_command(*args, **options)
 
 
 class _Held(NamedTuple):

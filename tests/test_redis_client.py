@@ -67,3 +67,22 @@ def test_a_forked_child_makes_its_own_connection():
     os.waitpid(pid, 0)
     assert answer == b"1"
     assert parent.ping(), "the parent's connection is untouched by the child"
+
+
+def test_a_redis_that_restarted_is_met_on_a_new_connection(tmp_path):
+    """The pool checks a connection before it hands it out; a held one is checked before
+    each command, so a restart does not fail one command per thread."""
+    from .drills.infra import RedisServer
+    from .helpers import free_port
+
+    server = RedisServer(free_port(), tmp_path, name="restarting").start()
+    try:
+        shared = redis.Redis.from_url(server.url, socket_timeout=2)
+        client = thread_client("test-restart", server.url, lambda: shared)
+        assert client.set("k", "1") and client.get("k") == b"1"
+        server.kill()
+        server.start()
+        assert client.get("k") is None, "an empty Redis, reached on a new connection"
+        assert thread_client("test-restart", server.url, lambda: shared) is client
+    finally:
+        server.stop()
