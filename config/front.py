@@ -39,6 +39,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable
 from http import HTTPStatus
 
 from django.conf import settings
@@ -60,7 +61,7 @@ from seckill.gates import (
     token_shopper_fetch,
 )
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
-from seckill.selectors import activity_snapshot, activity_snapshot_remembered
+from seckill.selectors import activity_snapshot, activity_snapshot_remembered, blacklist, blacklist_remembered
 
 logger = logging.getLogger(__name__)
 request_logger = logging.getLogger("django.request")
@@ -112,6 +113,7 @@ class EarlyAnswers:
             for secure in (False, True)
         }
         self.redirect_exempt = [re.compile(r) for r in settings.SECURE_REDIRECT_EXEMPT]
+        self.fills: dict[str, asyncio.Future] = {}  # at most one per name, while it runs
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -123,7 +125,7 @@ class EarlyAnswers:
     async def purchase(self, activity_id: int, scope, receive, send) -> None:
         # With no activity memory (SECKILL_ACTIVITY_CACHE_TTL 0) a lookup would fill nothing.
         if settings.SECKILL_ACTIVITY_CACHE_TTL > 0 and not activity_snapshot_remembered(activity_id)[0]:
-            await self.look_up(activity_id)
+            await self.filled(f"activity:{activity_id}", activity_snapshot, activity_id)
         refusal = purchase_early_refusal(activity_id)
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -143,15 +145,27 @@ class EarlyAnswers:
                 return await self.respond(answer, scope, send, request_id=request_id, close=False, logged=True)
         return await self.app(scope, _replayed(message, receive), send)
 
-    async def look_up(self, activity_id: int) -> None:
-        """An activity this process does not remember (once per its memory's lifetime):
-        looked up on the thread pool, as the full path would, so the memory can answer.
-        Whatever goes wrong there is the full path's to answer."""
-        loop = asyncio.get_running_loop()
+    async def filled(self, name: str, fill: Callable[..., object], *args) -> None:
+        """This process's memory of ``name`` filled on the thread pool (``fill(*args)``),
+        once for all the requests that find it missing at the same moment: a sale's first
+        second, a copy that just ran out. One hop and one lookup instead of one each, so
+        the pool's threads do not take the GIL from the event loop, which must go on
+        accepting the flood's connections. Whatever goes wrong there is the full path's
+        to answer."""
+        running = self.fills.get(name)
+        if running is None:
+            running = asyncio.get_running_loop().run_in_executor(self.executor, fill, *args)
+            self.fills[name] = running
+            running.add_done_callback(lambda done: self._fill_done(name, done))
         try:
-            await loop.run_in_executor(self.executor, activity_snapshot, activity_id)
+            await asyncio.shield(running)  # a client that leaves does not cancel the others' fill
         except Exception as exc:
-            logger.debug("front: activity %s not looked up: %s", activity_id, exc)
+            logger.debug("front: %s not filled: %s", name, exc)
+
+    def _fill_done(self, name: str, done: asyncio.Future) -> None:
+        self.fills.pop(name, None)
+        if not done.cancelled():
+            done.exception()  # retrieved, even if every waiter left
 
     def remembered_refusal(self, request: FrontRequest, activity_id: int, token: str) -> ApiError | None:
         """A token-authenticated JSON purchase whose refusal this process's memory decides."""
@@ -167,6 +181,8 @@ class EarlyAnswers:
         is fetched on the thread pool and the purchase runs on the loop again (nothing was
         written before it stopped). Anything else, and whatever the fetch cannot settle
         (a token nobody has, the database away), runs on the pool as a whole."""
+        if settings.SECKILL_BLACKLIST_CACHE_TTL > 0 and not blacklist_remembered():
+            await self.filled("blacklist", blacklist)
         if purchase_runs_inline(activity_id):
             inline = self.answer_inline(request, activity_id)
             if inline is DATABASE_NEEDED and await self.token_fetch(request, token):

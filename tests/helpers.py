@@ -296,6 +296,15 @@ def asgi_call(app, method: str, path: str, *, headers=None, body=None, chunks=No
     before sending its body (no answer: status None)."""
     import asyncio
 
+    return asyncio.run(
+        asgi_request(app, method, path, headers=headers, body=body, chunks=chunks, disconnect=disconnect)
+    )
+
+
+async def asgi_request(app, method: str, path: str, *, headers=None, body=None, chunks=None, disconnect=False) -> dict:
+    """``asgi_call`` on the running event loop: many at once share it, as on the server."""
+    import asyncio
+
     raw = json.dumps(body).encode() if body is not None else b""
     parts = chunks if chunks is not None else [raw]
     size = sum(len(p) for p in parts)
@@ -337,7 +346,7 @@ def asgi_call(app, method: str, path: str, *, headers=None, body=None, chunks=No
 
         await app(scope, receive, send)
 
-    asyncio.run(run())
+    await run()
     if not sent:
         return {"status": None, "headers": {}, "body": b""}
     start = sent[0]
