@@ -1,5 +1,5 @@
 """gunicorn's worker class (gunicorn.conf.py): uvicorn's, configured for this app, on an
-event loop that accepts every waiting connection at each turn."""
+event loop that accepts several waiting connections at each turn."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ logger = logging.getLogger(__name__)
 
 # How long a worker out of file descriptors waits before it accepts again (as asyncio).
 ACCEPT_RETRY_S = 1.0
+# Connections accepted per turn of the loop: a busy worker (a turn of ~0.1 s) takes a burst
+# of new connections within a few turns, and two idle ones share it (with every waiting
+# connection taken at once, one worker now and then took all of a run's 50 and the other
+# none: keep-alive connections stay where they were accepted).
+ACCEPT_PER_TURN = 16
 
 
 class UvicornWorker(_UvicornWorker):
@@ -29,11 +34,12 @@ class UvicornWorker(_UvicornWorker):
 
 class BatchAcceptLoop(uvloop.Loop):
     """uvloop, except that a plain-TCP server on a listening socket (what uvicorn starts
-    in a gunicorn worker) accepts every connection waiting at each turn of the loop, as
-    asyncio's own loop does. libuv accepts one per turn (libuv#3696), and a loop busy
-    with a hundred connections turns about ten times a second: at a sale's start the rest
-    of the flood's new connections waited seconds to be accepted (200 connections: the
-    first answer on a connection up to 3 s, every later one under 0.5 s)."""
+    in a gunicorn worker) accepts up to ``ACCEPT_PER_TURN`` waiting connections at each
+    turn of the loop, as asyncio's own loop accepts several. libuv accepts one per turn
+    (libuv#3696), and a loop busy with a hundred connections turns about ten times a
+    second: at a sale's start the rest of the flood's new connections waited seconds to
+    be accepted (200 connections: the first answer on a connection up to 3 s, every later
+    one under 0.5 s)."""
 
     async def create_server(
         self, protocol_factory, host=None, port=None, *, sock=None, ssl=None, backlog=100, **kwargs
@@ -52,7 +58,7 @@ class BatchAcceptServer:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, protocol_factory, sock: socket.socket, backlog: int):
         self.loop, self.protocol_factory, self.sock = loop, protocol_factory, sock
-        self.batch = max(1, backlog)  # at most the kernel's queue per turn, as asyncio
+        self.batch = max(1, min(backlog, ACCEPT_PER_TURN))
         self.starting: set[asyncio.Task] = set()
         self.serving = True
         sock.setblocking(False)
