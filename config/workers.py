@@ -4,6 +4,7 @@ event loop that accepts several waiting connections at each turn."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 
@@ -103,10 +104,8 @@ class BatchAcceptServer:
         """Stop accepting; uvicorn closes the socket itself (gunicorn's master shares it)."""
         if self.serving:
             self.serving = False
-            try:
+            with contextlib.suppress(ValueError, OSError):  # the socket is closed already
                 self.loop.remove_reader(self.sock.fileno())
-            except (ValueError, OSError):  # the socket is closed already
-                pass
 
     async def wait_closed(self) -> None:
         if self.starting:
