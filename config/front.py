@@ -36,6 +36,7 @@ a connection the server is about to close.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import re
@@ -58,7 +59,7 @@ from seckill.gates import (
     purchase_early_refusal,
     purchase_remembered_refusal,
     purchase_runs_inline,
-    token_shopper_fetch,
+    token_shoppers_fetch,
 )
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
 from seckill.selectors import activity_snapshot, activity_snapshot_remembered, blacklist, blacklist_remembered
@@ -69,6 +70,8 @@ request_logger = logging.getLogger("django.request")
 _PLACEHOLDER = 987654321
 # A purchase's body is a few dozen bytes; a larger one goes the full way.
 MAX_BODY = 4096
+# Tokens fetched from the database in one statement (EarlyAnswers.token_fetch).
+MAX_TOKEN_BATCH = 200
 
 
 def purchase_path_pattern() -> re.Pattern[str]:
@@ -114,6 +117,8 @@ class EarlyAnswers:
         }
         self.redirect_exempt = [re.compile(r) for r in settings.SECURE_REDIRECT_EXEMPT]
         self.fills: dict[str, asyncio.Future] = {}  # at most one per name, while it runs
+        self.tokens_waiting: dict[str, asyncio.Future] = {}  # for the next batch (token_fetch)
+        self.token_batch: asyncio.Future | None = None  # the batch running on the pool
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -185,7 +190,7 @@ class EarlyAnswers:
             await self.filled("blacklist", blacklist)
         if purchase_runs_inline(activity_id):
             inline = self.answer_inline(request, activity_id)
-            if inline is DATABASE_NEEDED and await self.token_fetch(request, token):
+            if inline is DATABASE_NEEDED and await self.token_fetch(token):
                 inline = self.answer_inline(request, activity_id)
             if not isinstance(inline, OnPool):
                 return inline
@@ -207,17 +212,51 @@ class EarlyAnswers:
             logger.exception("purchase of activity %s failed", activity_id)
             return ApiError(500, "server_error", "Something went wrong on our side; please try again.")
 
-    async def token_fetch(self, request: FrontRequest, token: str) -> bool:
-        """The token's shopper from the database, on the thread pool, into this process's
-        memory and the shared cache (``seckill.gates.token_shopper_fetch``); False when
-        that did not settle it: the full path answers (401, 429, busy) as it would."""
-        loop = asyncio.get_running_loop()
+    async def token_fetch(self, token: str) -> bool:
+        """The token's shopper from the database into this process's memory and the shared
+        cache (``seckill.gates.token_shoppers_fetch``), on the thread pool and a batch at a
+        time: while one batch runs, the tokens that come wait for the next, which takes
+        them all (up to MAX_TOKEN_BATCH). A flood of shoppers the shared cache does not
+        hold costs a hop, a statement and a write to the shared cache per batch, not per
+        shopper; alone, a token goes at once. False when that did not settle it (a token
+        nobody has, the database away): the full path answers (401, 429, busy) as it would."""
+        waiting = self.tokens_waiting.get(token)
+        if waiting is None:
+            waiting = self.tokens_waiting[token] = asyncio.get_running_loop().create_future()
+        if self.token_batch is None:
+            self._token_batch_start()
+        return await asyncio.shield(waiting)  # a client that leaves does not fail the others' wait
+
+    def _token_batch_start(self) -> None:
+        batch = dict(itertools.islice(self.tokens_waiting.items(), MAX_TOKEN_BATCH))
+        for token in batch:
+            del self.tokens_waiting[token]
         try:
-            await loop.run_in_executor(self.executor, _fetch_call, request, token)
-        except Exception as exc:
-            logger.debug("front: token not fetched: %s", exc)
-            return False
-        return True
+            running = asyncio.get_running_loop().run_in_executor(self.executor, _fetch_call, list(batch))
+        except RuntimeError as exc:  # the pool is shutting down: the full path answers
+            logger.debug("front: tokens not fetched: %s", exc)
+            self._tokens_settled(batch, set())
+            return
+        self.token_batch = running
+        running.add_done_callback(lambda done: self._token_batch_done(batch, done))
+
+    def _token_batch_done(self, batch: dict[str, asyncio.Future], done: asyncio.Future) -> None:
+        self.token_batch = None
+        found: set[str] = set()
+        if not done.cancelled():
+            if done.exception() is not None:
+                logger.debug("front: tokens not fetched: %s", done.exception())
+            else:
+                found = done.result()
+        self._tokens_settled(batch, found)
+        if self.tokens_waiting:
+            self._token_batch_start()
+
+    @staticmethod
+    def _tokens_settled(batch: dict[str, asyncio.Future], found: set[str]) -> None:
+        for token, waiting in batch.items():
+            if not waiting.done():
+                waiting.set_result(token in found)
 
     async def answer_on_pool(self, request: FrontRequest, activity_id: int) -> Answer | None:
         """The purchase's view function (``seckill.apis.purchase_token_answer``) on the thread
@@ -282,10 +321,10 @@ ON_POOL = OnPool()
 DATABASE_NEEDED = OnPool()  # ... once the token is fetched, or again on the loop
 
 
-def _fetch_call(request: FrontRequest, token: str) -> None:
+def _fetch_call(tokens: list[str]) -> set[str]:
     close_old_connections()
     try:
-        token_shopper_fetch(request, token)
+        return token_shoppers_fetch(tokens)
     finally:
         close_old_connections()
 

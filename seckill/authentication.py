@@ -31,7 +31,7 @@ import hashlib
 import hmac
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import NoReturn
 
 from django.conf import settings
@@ -76,12 +76,12 @@ def _remember(key, user) -> None:
     _memory.put(key, user, settings.SECKILL_TOKEN_CACHE_TTL)
 
 
-def _token_user_sql() -> str:
+def _token_user_sql(*, many: bool = False) -> str:
     User = get_user_model()
     return (
-        f"SELECT u.{User._meta.pk.column}, u.{User.USERNAME_FIELD} FROM {Token._meta.db_table} t"
-        f" JOIN {User._meta.db_table} u ON u.{User._meta.pk.column} = t.user_id"
-        " WHERE t.key = %s AND u.is_active"
+        f"SELECT {'t.key, ' if many else ''}u.{User._meta.pk.column}, u.{User.USERNAME_FIELD}"
+        f" FROM {Token._meta.db_table} t JOIN {User._meta.db_table} u ON u.{User._meta.pk.column} = t.user_id"
+        f" WHERE t.key = {'ANY(%s)' if many else '%s'} AND u.is_active"
     )
 
 
@@ -275,6 +275,27 @@ def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_
         logger.warning("shared token cache not written: %s", exc)
     _remember(("token", key), known)
     return known
+
+
+def token_shoppers_from_database(keys: Collection[str]) -> dict[str, TokenShopper]:
+    """The shoppers of tokens the shared cache does not hold, in one statement, remembered
+    here and in the shared cache in one pipeline: what a batch of new shoppers costs, not
+    what each does. A token nobody has is left out; its refusal (and the failure it counts
+    against the address) is ``token_shopper_from_database``'s."""
+    if not keys:
+        return {}
+    with prepared_cursor() as cursor:
+        cursor.execute(_token_user_sql(many=True), [list(keys)])
+        rows = cursor.fetchall()
+    try:
+        token_shared_remember(rows)
+    except RedisError as exc:
+        logger.warning("shared token cache not written: %s", exc)
+    found = {}
+    for key, user_id, username in rows:
+        found[key] = known = TokenShopper(user_id, username)
+        _remember(("token", key), known)
+    return found
 
 
 def token_shared_remember(entries: Iterable[tuple[str, int, str]]) -> int:

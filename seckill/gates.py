@@ -13,7 +13,7 @@ import ipaddress
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,7 +27,7 @@ from stock.redis_client import stock_redis
 from stock.scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
 
 from .activities import activity_token_ensure
-from .authentication import token_known, token_lookup, token_shopper_from_database, token_shopper_of_reply
+from .authentication import token_known, token_lookup, token_shopper_of_reply, token_shoppers_from_database
 from .breaker import redis_away, redis_breaker
 from .captcha import captcha_consume
 from .limited import limited_for, limited_remember
@@ -561,11 +561,12 @@ def purchase_runs_inline(activity_id: int) -> bool:
     return blacklist_remembered()
 
 
-def token_shopper_fetch(request, token: str) -> None:
-    """The shopper of a token the shared cache does not hold (after DatabaseNeeded), from
-    the database into this process's memory and the shared cache; raises what the full
-    path would (AuthenticationFailed, ApiError 429, the database's errors)."""
-    token_shopper_from_database(token, failures=auth_failure_limit(request))
+def token_shoppers_fetch(tokens: Collection[str]) -> set[str]:
+    """The shoppers of tokens the shared cache does not hold (after DatabaseNeeded), from
+    the database into this process's memory and the shared cache, all in one statement;
+    returns the tokens found. One not found is the full path's to refuse (401, and the
+    failure counted against the address); the database's errors are raised."""
+    return set(token_shoppers_from_database(tokens))
 
 
 def known_shopper(user_id: int) -> Identify:

@@ -14,7 +14,7 @@ import pytest
 from config.asgi import application as front
 from orders.models import Order
 from seckill.activities import activity_token_ensure
-from seckill.authentication import token_shared_remember
+from seckill.authentication import token_cache_clear, token_shared_remember
 from seckill.breaker import redis_breaker
 from seckill.models import Activity
 from seckill.replay import reservations_drain
@@ -160,6 +160,45 @@ def test_a_token_only_the_database_knows_is_fetched_on_the_pool_and_counted_once
     again = _buy(front, activity, user)
     assert (pool.fetches, pool.views) == (1, 0), "the token is remembered now"
     assert again["status"] in (409, 429)
+
+
+def test_new_shoppers_arriving_together_are_fetched_from_the_database_in_one_batch(pool):
+    """A flood of shoppers the shared cache does not hold: the first token is fetched at
+    once, and the ones that come while it is on the pool wait and go together (one hop,
+    one statement, one write to the shared cache), not one hop each. Every one buys on
+    the loop, its 202 becomes its order, and the next process finds it in the shared cache."""
+    activity = make_activity(stock=40)
+    users = make_users(30, prefix="batchdb")
+    _remembered(activity)
+    token = activity_token_ensure(activity_id=activity.pk)
+    shoppers = [token_of(user) for user in users]
+
+    async def flood():
+        return await asyncio.gather(
+            *(
+                asgi_request(
+                    front,
+                    "POST",
+                    f"/api/activities/{activity.pk}/purchase",
+                    headers={"Authorization": f"Token {shopper}"},
+                    body={"token": token, "quantity": 1},
+                )
+                for shopper in shoppers
+            )
+        )
+
+    answers = asyncio.run(flood())
+    assert [a["status"] for a in answers] == [202] * len(users), [a["body"] for a in answers]
+    # Every request reaches its fetch before the first batch comes back to the loop.
+    assert pool.fetches == 2, "the first token alone, the other 29 in one batch"
+    assert pool.views == 0, "every purchase ran on the event loop"
+    reservations_drain(activity_id=activity.pk)
+    assert set(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == {u.pk for u in users}
+    assert_identity(activity)
+    token_cache_clear()  # this process forgets them: the shared cache still knows them
+    again = _buy(front, activity, users[0])
+    assert again["json"]["code"] == "duplicate"
+    assert pool.fetches == 2, "found in the shared cache"
 
 
 def test_a_token_nobody_has_is_answered_by_the_full_path(pool):

@@ -12,7 +12,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from seckill.activities import activity_token_ensure
-from seckill.authentication import SHARED_PREFIX, token_cache_clear
+from seckill.authentication import SHARED_PREFIX, token_cache_clear, token_shared_key, token_shoppers_from_database
 from seckill.selectors import gate_redis
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
@@ -171,3 +171,21 @@ def test_token_cache_fill_shares_every_active_users_token_and_no_other(django_as
             assert _result_as(key, activity) == 200
         assert not _token_queries(queries)
     assert _result_as(token_of(users[2]), activity) == 401
+
+
+def test_a_batch_of_tokens_is_one_query_and_shares_only_the_active_users_it_found(django_assert_max_num_queries):
+    users = make_users(3, prefix="batch-fetch")
+    get_user_model().objects.filter(pk=users[2].pk).update(is_active=False)
+    keys = [token_of(user) for user in users]
+    nobody = "0" * 40
+    with django_assert_max_num_queries(1):
+        found = token_shoppers_from_database([*keys, nobody])
+    assert {key: shopper.user_id for key, shopper in found.items()} == {keys[0]: users[0].pk, keys[1]: users[1].pk}
+    shared = {key.decode() for key in gate_redis().keys(f"{SHARED_PREFIX}*")}
+    assert shared == {token_shared_key(key) for key in keys[:2]}
+    token_cache_clear()  # another process: the shared cache answers, no query
+    activity = make_activity(stock=1)
+    with django_assert_max_num_queries(3) as queries:
+        assert _result_as(keys[0], activity) == 200
+    assert not _token_queries(queries)
+    assert _result_as(keys[2], activity) == _result_as(nobody, activity) == 401
