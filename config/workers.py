@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import logging
 import socket
+import typing
 
 import uvloop
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _HttpToolsProtocol
 from uvicorn_worker import UvicornWorker as _UvicornWorker
 
 logger = logging.getLogger(__name__)
@@ -30,7 +32,63 @@ class UvicornWorker(_UvicornWorker):
     (``SECKILL_TRUSTED_PROXY_HEADER``, ``SECURE_PROXY_SSL_HEADER``), so ``REMOTE_ADDR``
     stays the socket's, as under any WSGI server."""
 
-    CONFIG_KWARGS = {"loop": "config.workers:BatchAcceptLoop", "http": "httptools", "proxy_headers": False}
+    CONFIG_KWARGS = {
+        "loop": "config.workers:BatchAcceptLoop",
+        "http": "config.workers:HttpToolsProtocol",
+        "proxy_headers": False,
+    }
+
+
+class HttpToolsProtocol(_HttpToolsProtocol):
+    """uvicorn's httptools protocol on a ``CoalescedWrites`` transport."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # Not a Transport subclass: its base's methods would hide the real transport's.
+        super().connection_made(typing.cast(asyncio.Transport, CoalescedWrites(transport, self.loop)))
+
+
+class CoalescedWrites:
+    """A transport whose writes of one turn of the loop go out together. uvicorn writes
+    an answer's status line and headers, then its body: two writes, and uvloop sends each
+    at once, so every answer cost two ``send`` calls and two TCP segments (the client
+    reads both). A write is held; the next one sends both, and a write left alone goes at
+    the end of the turn. The rest is the transport's own."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport, self._loop, self._held = transport, loop, b""
+
+    def write(self, data) -> None:
+        if self._held:
+            data, self._held = self._held + data, b""
+            self._transport.write(data)
+        elif data:
+            self._held = bytes(data)
+            self._loop.call_soon(self.flush)
+
+    def writelines(self, lines) -> None:
+        self.write(b"".join(lines))
+
+    def flush(self) -> None:
+        if self._held:
+            data, self._held = self._held, b""
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + len(self._held)
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
 
 
 class BatchAcceptLoop(uvloop.Loop):
