@@ -251,12 +251,6 @@ def token_shopper_of_reply(
     return _token_shopper_from_database(key, failures=failures, redis_up=reply is not None), False
 
 
-def token_shopper_from_database(key: str, *, failures: RateLimit | None) -> TokenShopper:
-    """The shopper of a token the shared cache does not hold, from the database (and
-    remembered here and in the shared cache); AuthenticationFailed for a token nobody has."""
-    return _token_shopper_from_database(key, failures=failures, redis_up=not redis_away())
-
-
 def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_up: bool) -> TokenShopper:
     # One fixed-text statement, prepared once per connection: not an ORM query, and not
     # parsed and planned again for every new shopper of a flood.
@@ -281,7 +275,7 @@ def token_shoppers_from_database(keys: Collection[str]) -> dict[str, TokenShoppe
     """The shoppers of tokens the shared cache does not hold, in one statement, remembered
     here and in the shared cache in one pipeline: what a batch of new shoppers costs, not
     what each does. A token nobody has is left out; its refusal (and the failure it counts
-    against the address) is ``token_shopper_from_database``'s."""
+    against the address) is the full path's (``token_shopper_of_reply``)."""
     if not keys:
         return {}
     with prepared_cursor() as cursor:
