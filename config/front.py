@@ -68,10 +68,13 @@ logger = logging.getLogger(__name__)
 request_logger = logging.getLogger("django.request")
 
 _PLACEHOLDER = 987654321
+_REQUEST_ID = REQUEST_ID_HEADER.lower().encode("ascii")
 # A purchase's body is a few dozen bytes; a larger one goes the full way.
 MAX_BODY = 4096
 # Tokens fetched from the database in one statement (EarlyAnswers.token_fetch).
 MAX_TOKEN_BATCH = 200
+# Entries of each of the front's memos (hosts, refusal bodies).
+MAX_MEMO = 64
 
 
 def purchase_path_pattern() -> re.Pattern[str]:
@@ -116,6 +119,11 @@ class EarlyAnswers:
             for secure in (False, True)
         }
         self.redirect_exempt = [re.compile(r) for r in settings.SECURE_REDIRECT_EXEMPT]
+        # Memos of what is the same request after request: bounded, so a flood of made-up
+        # Host headers or refusal texts cannot grow them.
+        self.hosts: dict[str, bool] = {}  # Host header -> allowed, for self.hosts_of
+        self.hosts_of: tuple[object, bool] | None = None  # the ALLOWED_HOSTS and DEBUG they are for
+        self.refusal_bodies: dict[tuple[int, str, str], bytes] = {}
         self.fills: dict[str, asyncio.Future] = {}  # at most one per name, while it runs
         self.tokens_waiting: dict[str, asyncio.Future] = {}  # for the next batch (token_fetch)
         self.token_batch: asyncio.Future | None = None  # the batch running on the pool
@@ -272,39 +280,64 @@ class EarlyAnswers:
     def answerable(self, scope) -> bool:
         """What Django's middleware would answer first stays theirs: a Host that is not
         allowed (400) and plain HTTP under SECURE_SSL_REDIRECT (the redirect)."""
-        allowed = settings.ALLOWED_HOSTS
-        if settings.DEBUG and not allowed:
-            allowed = [".localhost", "127.0.0.1", "[::1]"]  # as HttpRequest.get_host
-        domain, _port = split_domain_port(_header(scope, b"host") or "")
-        if not domain or not validate_host(domain, allowed):
+        if not self.host_allowed(_header(scope, b"host") or ""):
             return False
         if settings.SECURE_SSL_REDIRECT and not _secure(scope):
             path = scope["path"].lstrip("/")
             return any(pattern.search(path) for pattern in self.redirect_exempt)
         return True
 
+    def host_allowed(self, host: str) -> bool:
+        """HttpRequest.get_host's verdict on a Host header, remembered for the few hosts a
+        site is called by (it was a fifth of an early answer's CPU)."""
+        allowed, debug = settings.ALLOWED_HOSTS, settings.DEBUG
+        seen = self.hosts_of
+        if seen is None or seen[0] is not allowed or seen[1] != debug:  # changed: the verdicts are stale
+            self.hosts, self.hosts_of = {}, (allowed, debug)
+        verdict = self.hosts.get(host)
+        if verdict is None:
+            if debug and not allowed:
+                allowed = [".localhost", "127.0.0.1", "[::1]"]  # as HttpRequest.get_host
+            domain, _port = split_domain_port(host)
+            verdict = bool(domain) and validate_host(domain, allowed)
+            if len(self.hosts) < MAX_MEMO:
+                self.hosts[host] = verdict
+        return verdict
+
+    def refusal_body(self, refusal: ApiError) -> bytes:
+        """A refusal's JSON body, encoded once: the flood's refusals are a handful of texts."""
+        key = (refusal.status, refusal.code, refusal.detail)
+        body = self.refusal_bodies.get(key)
+        if body is None:
+            body = json.dumps({"code": refusal.code, "detail": refusal.detail}).encode()
+            if len(self.refusal_bodies) < MAX_MEMO:
+                self.refusal_bodies[key] = body
+        return body
+
     async def respond(self, answer: Answer, scope, send, *, request_id: str, close: bool, logged: bool) -> None:
         """The JSON answer with the API chain's headers, counted in the purchase metric.
         ``logged``: a 4xx or 5xx gets the log line Django's ``log_response`` would write,
         except the flood's expected refusals (core.log_filters); the early answers, the
         same for everyone by the thousand a second, are counted and never logged."""
+        code: str | None
         if isinstance(answer, ApiError):
-            status, payload, extra = answer.status, {"code": answer.code, "detail": answer.detail}, answer.headers()
+            status, code, extra = answer.status, answer.code, answer.headers()
+            body = self.refusal_body(answer)
         else:
             (status, payload), extra = answer, {}
-        if logged and status >= 400 and not rejection_expected(status, payload.get("code")):
+            code, body = payload.get("code"), json.dumps(payload).encode()
+        if logged and status >= 400 and not rejection_expected(status, code):
             level = logging.ERROR if status >= 500 else logging.WARNING
             request_logger.log(level, "%s: %s", HTTPStatus(status).phrase, scope["path"], extra={"status_code": status})
-        body = json.dumps(payload).encode()
         headers = [
             *self.headers[_secure(scope)],
             (b"content-length", str(len(body)).encode("ascii")),
-            (REQUEST_ID_HEADER.lower().encode("ascii"), request_id.encode("ascii")),
+            (_REQUEST_ID, request_id.encode("ascii")),
             *((name.lower().encode("ascii"), value.encode("latin1")) for name, value in extra.items()),
         ]
         if close:
             headers.append((b"connection", b"close"))
-        purchase_outcome_count(str(payload.get("code") or f"http_{status}"))
+        purchase_outcome_count(str(code or f"http_{status}"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

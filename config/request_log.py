@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import secrets
 import time
-import uuid
 from contextvars import ContextVar
 
 from seckill.middleware import SHARED_PAGE_ATTR
@@ -25,7 +25,7 @@ request_id_var: ContextVar[str] = ContextVar("request_id", default="-")
 
 def request_id_of(incoming: str) -> str:
     """The caller's id when it looks sane, else a new one."""
-    return incoming if _SANE.match(incoming) else uuid.uuid4().hex
+    return incoming if _SANE.match(incoming) else secrets.token_hex(16)
 
 
 class RequestIdMiddleware:

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 import core.memory
 from config.asgi import application as front
+from config.front import MAX_MEMO
 from core.errors import ApiError
 from orders.models import Order
 from orders.services import order_cancel
@@ -222,6 +223,37 @@ def test_what_the_front_does_not_know_goes_to_the_full_path(settings):
     )
     assert bad_host["status"] == 400  # Django's DisallowedHost, as without the front
     assert front.app.calls == before + 2
+
+
+def test_the_fronts_memos_follow_the_settings_and_stay_bounded(settings, handed):
+    """The front remembers its verdict on each Host and the body of each refusal (the same
+    request after request): a changed ALLOWED_HOSTS is obeyed at once, and a flood of
+    made-up Host headers does not grow what it remembers."""
+    activity = make_activity(stock=3)
+    key = token_of(make_users(1, prefix="earlymemo")[0])
+    path = f"/api/activities/{activity.pk + 5}/purchase"
+
+    def buy(**headers) -> dict:
+        return asgi_call(front, "POST", path, headers={"Authorization": f"Token {key}", **headers}, body={})
+
+    settings.ALLOWED_HOSTS = ["testserver"]  # the host asgi_call sends
+    assert buy()["status"] == 404
+    before = handed.calls
+    assert json.loads(buy()["body"])["code"] == "not_found"
+    assert handed.calls == before, "answered at the front"
+    settings.ALLOWED_HOSTS = ["shop.example"]
+    assert buy()["status"] == 400  # Django's DisallowedHost, as without the front
+    assert handed.calls == before + 1
+    for n in range(MAX_MEMO * 3):  # a second Host header: a new value each time
+        assert buy(Host=f"h{n}.evil.example")["status"] == 400
+    assert len(front.hosts) <= MAX_MEMO
+    for n in range(MAX_MEMO * 3):
+        front.refusal_body(ApiError(400, "invalid_request", f"made-up text {n}"))
+    assert len(front.refusal_bodies) <= MAX_MEMO
+    assert json.loads(front.refusal_body(ApiError(410, "sold_out", "Sold out."))) == {
+        "code": "sold_out",
+        "detail": "Sold out.",
+    }
 
 
 def test_a_shopper_the_process_knows_is_refused_at_the_front_as_the_full_path_refuses_them(settings):
