@@ -80,6 +80,26 @@ def _buy(app, activity, user) -> dict:
     return answer
 
 
+def _buy_together(activity, shoppers: list[str], token: str) -> list[dict]:
+    """Each shopper's purchase at once, on one event loop, as on the server."""
+
+    async def flood():
+        return await asyncio.gather(
+            *(
+                asgi_request(
+                    front,
+                    "POST",
+                    f"/api/activities/{activity.pk}/purchase",
+                    headers={"Authorization": f"Token {shopper}"},
+                    body={"token": token, "quantity": 1},
+                )
+                for shopper in shoppers
+            )
+        )
+
+    return asyncio.run(flood())
+
+
 def _cached(*users) -> None:
     token_shared_remember([(token_of(u), u.pk, u.username) for u in users])
 
@@ -120,21 +140,7 @@ def test_a_sales_first_requests_fill_the_memory_once_and_all_buy_on_the_event_lo
     shoppers = [token_of(user) for user in users]
     activity_snapshot_forget()
 
-    async def flood():
-        return await asyncio.gather(
-            *(
-                asgi_request(
-                    front,
-                    "POST",
-                    f"/api/activities/{activity.pk}/purchase",
-                    headers={"Authorization": f"Token {shopper}"},
-                    body={"token": token, "quantity": 1},
-                )
-                for shopper in shoppers
-            )
-        )
-
-    answers = asyncio.run(flood())
+    answers = _buy_together(activity, shoppers, token)
     assert [a["status"] for a in answers] == [202] * len(users), [a["body"] for a in answers]
     assert pool.calls["activity_snapshot"] == 1, pool.calls
     assert pool.calls["blacklist"] == 1, pool.calls
@@ -173,21 +179,7 @@ def test_new_shoppers_arriving_together_are_fetched_from_the_database_in_one_bat
     token = activity_token_ensure(activity_id=activity.pk)
     shoppers = [token_of(user) for user in users]
 
-    async def flood():
-        return await asyncio.gather(
-            *(
-                asgi_request(
-                    front,
-                    "POST",
-                    f"/api/activities/{activity.pk}/purchase",
-                    headers={"Authorization": f"Token {shopper}"},
-                    body={"token": token, "quantity": 1},
-                )
-                for shopper in shoppers
-            )
-        )
-
-    answers = asyncio.run(flood())
+    answers = _buy_together(activity, shoppers, token)
     assert [a["status"] for a in answers] == [202] * len(users), [a["body"] for a in answers]
     # Every request reaches its fetch before the first batch comes back to the loop.
     assert pool.fetches == 2, "the first token alone, the other 29 in one batch"
