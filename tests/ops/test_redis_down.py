@@ -119,7 +119,10 @@ def test_database_path_sells_exactly_the_reserve_under_threads(redis_unreachable
         # After the win: duplicate, or busy when the cap answered first.
         assert len(won) <= 1, per_user
         assert not won or all(a in ("duplicate", "busy") for a in per_user[won[0] + 1 :]), per_user
-    assert "duplicate" in flat
+    # A winner who clicks again alone meets no cap: the answer is theirs alone, duplicate.
+    # (In the rounds above every repeat click may meet a full cap on a busy machine.)
+    winner = sold.first().user_id
+    assert _reserve(activity.pk, winner) == "duplicate"
     assert redis_breaker().state == "open"
 
 
