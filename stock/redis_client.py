@@ -10,6 +10,7 @@ of Python a command, and a purchase sends two: docs/DESIGN-NOTES.md).
 pool for the thread's life; pipelines and pub/sub still take theirs from the pool.
 """
 
+import logging
 import os
 import threading
 import time
@@ -24,6 +25,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from core.memory import register_reset
+
+logger = logging.getLogger(__name__)
 
 # A single Redis or a Redis Cluster (SECKILL_REDIS_CLUSTER): the engine uses only commands
 # both clients have.
@@ -106,10 +109,7 @@ class _Held(NamedTuple):
 def _stock_redis_shared() -> StockRedis:
     # redis-py's pool notices a fork and reconnects, so one pool per process is safe
     # under gunicorn's pre-fork model and Celery's prefork pool.
-    # A connect on a LAN takes well under a millisecond. After a timeout the cluster client
-    # tries node after node before the command fails, on the event loop when the purchase
-    # runs there: 0.5 s a node keeps that under the 10 s a shopper's client waits (with 1 s,
-    # drill 1's first purchase on the cut-off host waited past it).
+    # A connect on a LAN takes well under a millisecond: 0.5 s is a host that is not there.
     options = {"socket_connect_timeout": 0.5, "socket_timeout": 2, "health_check_interval": 30, "max_connections": 200}
     if settings.SECKILL_REDIS_CLUSTER:
         # Redis Cluster: the URL names any node; the client learns the slot map from it.
@@ -126,13 +126,48 @@ def _stock_redis_shared() -> StockRedis:
 class _Cluster(redis.RedisCluster):
     """redis-py raises RedisClusterException, which is no RedisError, when no node of the
     cluster answers (a partition between a web host and the cluster); every caller of the
-    engine handles RedisError (the breaker, 503 busy), so it is raised as a ConnectionError."""
+    engine handles RedisError (the breaker, 503 busy), so it is raised as a ConnectionError.
+
+    After a connection error or a timeout redis-py's client learns the slot map again before
+    the command fails, asking node after node, a timeout each when the network is cut; and
+    each thread that met the error waits its turn to ask again, since a relearning that
+    failed leaves nothing to skip. A web process's event loop was held for seconds, its pool
+    threads for seconds each in turn, before the breaker could open. Here the relearning
+    runs in a thread of its own, one at a time, and the command fails at once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)  # the first slot map is learnt here, before the command
+        self.nodes_manager.initialize = _behind(self.nodes_manager.initialize)  # type: ignore[method-assign]
 
     def execute_command(self, *args, **kwargs):
         try:
             return super().execute_command(*args, **kwargs)
         except redis.RedisClusterException as exc:
             raise redis.ConnectionError(str(exc)) from exc
+
+
+def _behind(initialize: Callable[..., None]) -> Callable[..., None]:
+    """``initialize`` started in a thread of its own unless one is running, and back at
+    once. Until it ends the client keeps the slot map it had: a command that meets a moved
+    slot is redirected as usual, one that meets an unreachable node fails (and starts the
+    next relearning). redis-py's nodes manager is made to be refreshed from any thread."""
+    running: dict[int, threading.Lock] = {}  # by process: a fork copies a held lock, not its thread
+
+    def relearn(one_at_a_time: threading.Lock, *args, **kwargs) -> None:
+        try:
+            initialize(*args, **kwargs)
+        except (redis.RedisClusterException, redis.RedisError) as exc:  # no node answers
+            logger.warning("stock Redis Cluster: the slot map could not be learnt again: %s", exc)
+        finally:
+            one_at_a_time.release()
+
+    def initialize_behind(*args, **kwargs) -> None:
+        one_at_a_time = running.setdefault(os.getpid(), threading.Lock())
+        if one_at_a_time.acquire(blocking=False):
+            thread = threading.Thread(target=relearn, args=(one_at_a_time, *args), kwargs=kwargs, daemon=True)
+            thread.start()
+
+    return initialize_behind
 
 
 def no_retries() -> Retry:
