@@ -36,11 +36,12 @@ a connection the server is about to close.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 
 from django.conf import settings
@@ -354,29 +355,34 @@ ON_POOL = OnPool()
 DATABASE_NEEDED = OnPool()  # ... once the token is fetched, or again on the loop
 
 
-def _fetch_call(tokens: list[str]) -> set[str]:
+@contextlib.contextmanager
+def _pool_turn() -> Iterator[None]:
+    """What Django's request signals do on a pool thread that the front's work there needs:
+    a database connection that went stale or past CONN_MAX_AGE closed before and after (the
+    request_started and request_finished receivers). The signals themselves are not sent:
+    their other receivers reset what the front never touches (the URLconf, the caches'
+    connections, DEBUG's query log), and dispatching them was a sixth of the view's CPU."""
     close_old_connections()
     try:
-        return token_shoppers_fetch(tokens)
+        yield
     finally:
         close_old_connections()
+
+
+def _fetch_call(tokens: list[str]) -> set[str]:
+    with _pool_turn():
+        return token_shoppers_fetch(tokens)
 
 
 def _view_call(request: FrontRequest, activity_id: int, *, database: bool = True) -> Answer | None:
-    """The view on a pool thread, with what Django's request signals do there that this
-    view needs: the request id for its log lines, and a database connection that went
-    stale or past CONN_MAX_AGE closed before and after (the request_started and
-    request_finished receivers). The signals themselves are not sent: their other
-    receivers reset what the front never touches (the URLconf, the caches' connections,
-    DEBUG's query log), and dispatching them was a sixth of the view's CPU."""
+    """The view with the request id for its log lines; on a pool thread inside
+    ``_pool_turn``, on the event loop's thread (``database`` false, DatabaseNeeded where it
+    would query) as it is: that thread never holds a database connection."""
     request_id_var.set(request.request_id)
-    if not database:  # the event loop's thread, which never holds a database connection
+    if not database:
         return purchase_token_answer(request, activity_id=activity_id, database=False)
-    close_old_connections()
-    try:
+    with _pool_turn():
         return purchase_token_answer(request, activity_id=activity_id)
-    finally:
-        close_old_connections()
 
 
 def _api_token(scope) -> str | None:
