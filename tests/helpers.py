@@ -34,6 +34,20 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate} (last value {last!r})")
 
 
+def gate_window_room(period_s: int, *, at_least_s: float = 60) -> None:
+    """Wait (with a deadline) until the shopper gate's current fixed window of ``period_s``
+    has ``at_least_s`` left on Redis's clock, the one the gate script reads: a test that
+    counts up to a limit must not cross into the next window, where the count starts again."""
+    from seckill.selectors import gate_redis
+
+    def room_left() -> bool:
+        seconds, micros = gate_redis().time()
+        left_ms = period_s * 1000 - (seconds * 1000 + micros // 1000) % (period_s * 1000)
+        return left_ms > at_least_s * 1000
+
+    wait_until(room_left, timeout=at_least_s + 30, what=f"{at_least_s} s left in the gate's window")
+
+
 def waiting_on_a_lock() -> int:
     """Backends of the test database blocked on a lock right now."""
     from django.db import connection
