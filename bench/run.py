@@ -67,7 +67,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"scenarios to run, from {','.join(SCENARIOS)} (or all); default: all but sharded and naive",
     )
     parser.add_argument(
-        "--shoppers", type=int, default=30_000, help="distinct shoppers with API tokens in the shared cache"
+        "--shoppers", type=int, default=120_000, help="distinct shoppers with API tokens in the shared cache"
     )
     parser.add_argument(
         "--soldout-shoppers", type=int, default=2_000, help="shoppers who keep retrying after the sell-out"
@@ -75,7 +75,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--cold-shoppers",
         type=int,
-        default=30_000,
+        default=60_000,
         help="more shoppers whose tokens are in PostgreSQL only (the shared cache filled, then"
         " their entries removed): the purchase run with tokens not cached; 0 skips it",
     )

@@ -64,6 +64,7 @@ from seckill.gates import (
 )
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
 from seckill.selectors import activity_snapshot, activity_snapshot_remembered, blacklist, blacklist_remembered
+from stock.batching import run_batched
 
 logger = logging.getLogger(__name__)
 request_logger = logging.getLogger("django.request")
@@ -198,20 +199,22 @@ class EarlyAnswers:
         if settings.SECKILL_BLACKLIST_CACHE_TTL > 0 and not blacklist_remembered():
             await self.filled("blacklist", blacklist)
         if purchase_runs_inline(activity_id):
-            inline = self.answer_inline(request, activity_id)
+            inline = await self.answer_inline(request, activity_id)
             if inline is DATABASE_NEEDED and await self.token_fetch(token):
-                inline = self.answer_inline(request, activity_id)
+                inline = await self.answer_inline(request, activity_id)
             if not isinstance(inline, OnPool):
                 return inline
         return await self.answer_on_pool(request, activity_id)
 
-    def answer_inline(self, request: FrontRequest, activity_id: int) -> Answer | OnPool | None:
-        """The purchase's view function on the event loop itself; ``DATABASE_NEEDED`` when
-        only the database knows the token (nothing written yet), ``ON_POOL`` when a copy
-        ran out of memory just now (Django refuses a query on the loop before it connects;
-        the pool runs the purchase again, and a limit it counted is counted again)."""
+    async def answer_inline(self, request: FrontRequest, activity_id: int) -> Answer | OnPool | None:
+        """The purchase's view function on the event loop itself, its Redis commands sent
+        with those of the other purchases of the loop turn (``stock.batching``);
+        ``DATABASE_NEEDED`` when only the database knows the token (nothing written yet),
+        ``ON_POOL`` when a copy ran out of memory just now (Django refuses a query on the
+        loop before it connects; the pool runs the purchase again, and a limit it counted
+        is counted again)."""
         try:
-            return _view_call(request, activity_id, database=False)
+            return await run_batched(_view_call, request, activity_id, False)
         except DatabaseNeeded:
             return DATABASE_NEEDED
         except SynchronousOnlyOperation:
@@ -374,7 +377,7 @@ def _fetch_call(tokens: list[str]) -> set[str]:
         return token_shoppers_fetch(tokens)
 
 
-def _view_call(request: FrontRequest, activity_id: int, *, database: bool = True) -> Answer | None:
+def _view_call(request: FrontRequest, activity_id: int, database: bool = True) -> Answer | None:
     """The view with the request id for its log lines; on a pool thread inside
     ``_pool_turn``, on the event loop's thread (``database`` false, DatabaseNeeded where it
     would query) as it is: that thread never holds a database connection."""

@@ -26,6 +26,8 @@ from redis.retry import Retry
 
 from core.memory import register_reset
 
+from .batching import command_batched
+
 logger = logging.getLogger(__name__)
 
 # A single Redis or a Redis Cluster (SECKILL_REDIS_CLUSTER): the engine uses only commands
@@ -83,9 +85,13 @@ class _HeldConnection(redis.Redis):
     """A single-connection client that checks its connection before each command as the
     pool checks one it hands out: a socket with data waiting or closed by the server (a
     Redis that restarted) is dropped and the command goes on a new connection, instead of
-    failing once per thread after every restart. A non-blocking read, no pool round."""
+    failing once per thread after every restart. A non-blocking read, no pool round.
+    Under ``stock.batching.run_batched`` a command waits for the loop turn's pipeline."""
 
     def execute_command(self, *args, **options):
+        batched, reply = command_batched(self, args, options)
+        if batched:
+            return reply
         connection = self.connection
         if connection is not None and connection.is_connected:
             try:

@@ -10,6 +10,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import redis
 
 from config.asgi import application as front
 from orders.models import Order
@@ -147,6 +148,37 @@ def test_a_sales_first_requests_fill_the_memory_once_and_all_buy_on_the_event_lo
     assert pool.views == 0, "every purchase ran on the event loop"
     reservations_drain(activity_id=activity.pk)
     assert Order.objects.filter(activity=activity).count() == len(users)
+    assert_identity(activity)
+
+
+def test_purchases_answered_together_on_the_loop_share_their_redis_round_trips(pool, monkeypatch):
+    """The loop waits on Redis once per step for all the purchases of a loop turn
+    (stock.batching): the shopper gates in one pipeline, the stock scripts in the next,
+    not two round trips per purchase with every other request held meanwhile. Each still
+    gets its own answer: the stock sold exactly once, each 202 its order."""
+    stock = 25
+    activity = make_activity(stock=stock)
+    users = make_users(40, prefix="together")
+    _cached(*users)
+    _remembered(activity)
+    token = activity_token_ensure(activity_id=activity.pk)
+    sizes: list[int] = []
+    execute = redis.client.Pipeline.execute
+
+    def counted(pipe, *args, **kwargs):
+        sizes.append(len(pipe.command_stack))
+        return execute(pipe, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    answers = _buy_together(activity, [token_of(user) for user in users], token)
+    statuses = Counter(a["status"] for a in answers)
+    assert statuses == {202: stock, 410: len(users) - stock}, [a["body"] for a in answers]
+    assert pool.views == 0, "every purchase ran on the event loop"
+    assert max(sizes) == len(users), f"every shopper's gate in one pipeline: {sizes}"
+    assert sum(sizes) >= 2 * len(users), "the gate and the stock script of each purchase went in pipelines"
+    reservations_drain(activity_id=activity.pk)
+    winners = {u.pk for u, a in zip(users, answers, strict=True) if a["status"] == 202}
+    assert set(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == winners
     assert_identity(activity)
 
 

@@ -1,0 +1,145 @@
+"""stock.batching: the Redis commands of the functions run together on an event loop go in
+one pipeline per loop turn; each function gets its own reply or error where it sent its
+command, and finishes even when the request that started it is gone."""
+
+import asyncio
+import os
+import signal
+import uuid
+
+import pytest
+import redis
+from django.conf import settings
+
+from stock.batching import run_batched
+from stock.redis_client import stock_redis, thread_client
+from stock.scripts import LuaScript
+
+from .drills.infra import RedisServer
+from .helpers import free_port, wait_until
+
+# The thread clients are the single Redis's (a Cluster's client is not batched).
+pytestmark = pytest.mark.skipif(settings.SECKILL_REDIS_CLUSTER, reason="the stock Redis is a Cluster")
+
+ECHO = LuaScript(None, b"return {KEYS[1], ARGV[1]}")  # type: ignore[arg-type]
+
+
+class Pipelines:
+    """redis-py's pipelines as they run (the real ones), with the commands each carried."""
+
+    def __init__(self, monkeypatch):
+        self.sizes: list[int] = []
+        original = redis.client.Pipeline.execute
+
+        def execute(pipe, *args, **kwargs):
+            self.sizes.append(len(pipe.command_stack))
+            return original(pipe, *args, **kwargs)
+
+        monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+
+
+@pytest.fixture
+def pipelines(monkeypatch):
+    return Pipelines(monkeypatch)
+
+
+def _key(name: str) -> str:
+    return f"test:batching:{uuid.uuid4().hex}:{name}"
+
+
+def test_functions_on_one_loop_send_each_step_in_one_pipeline(pipelines):
+    keys = [_key(str(i)) for i in range(20)]
+
+    def steps(key: str) -> tuple[int, int, bytes]:
+        client = stock_redis()
+        first = client.incr(key)
+        second = client.incrby(key, 10)
+        return first, second, client.get(key)
+
+    async def together():
+        return await asyncio.gather(*(run_batched(steps, key) for key in keys))
+
+    replies = asyncio.run(together())
+    assert replies == [(1, 11, b"11")] * len(keys), "each function its own replies, in its own order"
+    assert pipelines.sizes == [20, 20, 20], "one pipeline per step, all twenty functions in each"
+    assert [stock_redis().get(key) for key in keys] == [b"11"] * len(keys)
+
+
+def test_a_lone_function_sends_its_commands_as_they_are(pipelines):
+    key = _key("lone")
+    assert asyncio.run(run_batched(lambda: (stock_redis().set(key, "1"), stock_redis().get(key)))) == (True, b"1")
+    assert pipelines.sizes == []
+
+
+def test_a_commands_error_is_its_callers_alone_and_a_lost_script_is_loaded_again():
+    text, counter = _key("text"), _key("counter")
+    stock_redis().set(text, "not a number")
+    stock_redis().script_flush()  # a Redis that restarted: NOSCRIPT for every EVALSHA
+
+    def incr(key: str):
+        try:
+            return stock_redis().incr(key)
+        except redis.ResponseError as exc:
+            return type(exc).__name__
+
+    def echo(key: str):
+        return ECHO(keys=[key], args=["x"], client=stock_redis())
+
+    async def together():
+        return await asyncio.gather(
+            run_batched(incr, text), run_batched(incr, counter), run_batched(echo, "a"), run_batched(echo, "b")
+        )
+
+    assert asyncio.run(together()) == ["ResponseError", 1, [b"a", b"x"], [b"b", b"x"]]
+
+
+def test_a_function_finishes_when_its_request_is_gone():
+    key = _key("left")
+
+    def two_steps():
+        stock_redis().set(key, "reserved")
+        stock_redis().expire(key, 60)
+        return "answered"
+
+    async def left_after_the_first_command():
+        request = asyncio.ensure_future(run_batched(two_steps))
+        other = asyncio.ensure_future(run_batched(lambda: stock_redis().incr(_key("other"))))
+        await asyncio.sleep(0)  # both have sent their first command
+        request.cancel()
+        assert await other == 1
+        with pytest.raises(asyncio.CancelledError):
+            await request
+
+    asyncio.run(left_after_the_first_command())
+    assert stock_redis().get(key) == b"reserved"
+    assert 0 < stock_redis().ttl(key) <= 60, "its second command ran too"
+
+
+def test_a_timeout_is_every_callers_of_the_pipeline_and_waited_for_once(tmp_path):
+    server = RedisServer(free_port(), tmp_path).start()
+    pool = redis.Redis.from_url(server.url, socket_timeout=0.5)
+    try:
+
+        def incr(key: str):
+            client = thread_client("test-batching", server.url, lambda: pool)
+            try:
+                return client.incr(key)
+            except redis.TimeoutError:
+                return "timeout"
+
+        async def together(n: int):
+            return await asyncio.gather(*(run_batched(incr, f"k{i}") for i in range(n)))
+
+        assert asyncio.run(together(3)) == [1, 1, 1]
+        os.kill(server.process.proc.pid, signal.SIGSTOP)
+        try:
+            assert asyncio.run(together(3)) == ["timeout"] * 3
+        finally:
+            os.kill(server.process.proc.pid, signal.SIGCONT)
+        # The stopped server ran the pipeline when it woke: each command once, none sent again.
+        wait_until(lambda: pool.get("k0") == b"2", timeout=30, what="the pipeline run after SIGCONT")
+        assert [pool.get(f"k{i}") for i in range(3)] == [b"2"] * 3
+        assert asyncio.run(together(3)) == [3, 3, 3], "the clients work again"
+    finally:
+        pool.close()
+        server.stop()
