@@ -21,10 +21,11 @@ database connection closed, the request id), without an ``HttpRequest``, the mid
 chain or the URL resolver; its answer gets the headers the API chain would add. It runs
 on the event loop itself when ``seckill.gates.purchase_runs_inline`` says it needs only
 memory and two short Redis round trips (the hop to a thread and back cost as much CPU
-as the purchase: docs/BENCHMARKS.md), else on the thread pool. What that function
-leaves to DRF (a new activity without its token yet), anything but a token-authenticated
-JSON purchase, and a body over 4 KiB go on to the app behind, the body already read
-handed on with it.
+as the purchase: docs/BENCHMARKS.md), its commands sent with those of the other
+purchases of the loop's turn in one pipeline (``stock.batching``), else on the thread
+pool. What that function leaves to DRF (a new activity without its token yet),
+anything but a token-authenticated JSON purchase, and a body over 4 KiB go on to the
+app behind, the body already read handed on with it.
 
 Every rule stays in ``seckill.gates``; the front only decides how a request reaches it.
 
