@@ -151,7 +151,7 @@ def test_a_sales_first_requests_fill_the_memory_once_and_all_buy_on_the_event_lo
     assert_identity(activity)
 
 
-def test_purchases_answered_together_on_the_loop_share_their_redis_round_trips(pool, monkeypatch):
+def test_purchases_answered_together_on_the_loop_share_their_redis_round_trips(pool, monkeypatch, settings):
     """The loop waits on Redis once per step for all the purchases of a loop turn
     (stock.batching): the shopper gates in one pipeline, the stock scripts in the next,
     not two round trips per purchase with every other request held meanwhile. Each still
@@ -175,7 +175,8 @@ def test_purchases_answered_together_on_the_loop_share_their_redis_round_trips(p
     assert statuses == {202: stock, 410: len(users) - stock}, [a["body"] for a in answers]
     assert pool.views == 0, "every purchase ran on the event loop"
     assert max(sizes) == len(users), f"every shopper's gate in one pipeline: {sizes}"
-    assert sum(sizes) >= 2 * len(users), "the gate and the stock script of each purchase went in pipelines"
+    if not settings.SECKILL_REDIS_CLUSTER:  # a Cluster's stock scripts go as they are
+        assert sum(sizes) >= 2 * len(users), "the gate and the stock script of each purchase went in pipelines"
     reservations_drain(activity_id=activity.pk)
     winners = {u.pk for u, a in zip(users, answers, strict=True) if a["status"] == 202}
     assert set(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == winners
