@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import greenlet
-
-logger = logging.getLogger(__name__)
 
 
 class _Batched(greenlet.greenlet):
