@@ -373,6 +373,22 @@ async def asgi_request(app, method: str, path: str, *, headers=None, body=None, 
 # --- Redis's own count of the commands it ran -------------------------------------------
 
 
+def pipeline_sizes(monkeypatch) -> list[int]:
+    """The number of commands of each redis-py pipeline run from now on (the real ones, sent
+    as they are), in order; the list fills as they run."""
+    import redis
+
+    sizes: list[int] = []
+    execute = redis.client.Pipeline.execute
+
+    def counted(pipe, *args, **kwargs):
+        sizes.append(len(pipe.command_stack))
+        return execute(pipe, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    return sizes
+
+
 def redis_calls() -> dict[str, int]:
     """Commands the Redis server has run so far by name, all databases, INFO itself left out."""
     from stock.redis_client import stock_redis

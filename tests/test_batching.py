@@ -9,38 +9,23 @@ import uuid
 
 import pytest
 import redis
-from django.conf import settings
 
 from stock.batching import run_batched
-from stock.redis_client import stock_redis, thread_client
+from stock.redis_client import cache_redis, thread_client
 from stock.scripts import LuaScript
 
 from .drills.infra import RedisServer
-from .helpers import free_port, wait_until
+from .helpers import free_port, pipeline_sizes, wait_until
 
-# The thread clients are the single Redis's (a Cluster's client is not batched).
-pytestmark = pytest.mark.skipif(settings.SECKILL_REDIS_CLUSTER, reason="the stock Redis is a Cluster")
+# The functions use the cache Redis's thread client: a single Redis in every set-up (the
+# stock Redis may be a Cluster, whose client is not batched).
 
 ECHO = LuaScript(None, b"return {KEYS[1], ARGV[1]}")  # type: ignore[arg-type]
 
 
-class Pipelines:
-    """redis-py's pipelines as they run (the real ones), with the commands each carried."""
-
-    def __init__(self, monkeypatch):
-        self.sizes: list[int] = []
-        original = redis.client.Pipeline.execute
-
-        def execute(pipe, *args, **kwargs):
-            self.sizes.append(len(pipe.command_stack))
-            return original(pipe, *args, **kwargs)
-
-        monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
-
-
 @pytest.fixture
-def pipelines(monkeypatch):
-    return Pipelines(monkeypatch)
+def pipelines(monkeypatch) -> list[int]:
+    return pipeline_sizes(monkeypatch)
 
 
 def _key(name: str) -> str:
@@ -51,7 +36,7 @@ def test_functions_on_one_loop_send_each_step_in_one_pipeline(pipelines):
     keys = [_key(str(i)) for i in range(20)]
 
     def steps(key: str) -> tuple[int, int, bytes]:
-        client = stock_redis()
+        client = cache_redis()
         first = client.incr(key)
         second = client.incrby(key, 10)
         return first, second, client.get(key)
@@ -61,29 +46,29 @@ def test_functions_on_one_loop_send_each_step_in_one_pipeline(pipelines):
 
     replies = asyncio.run(together())
     assert replies == [(1, 11, b"11")] * len(keys), "each function its own replies, in its own order"
-    assert pipelines.sizes == [20, 20, 20], "one pipeline per step, all twenty functions in each"
-    assert [stock_redis().get(key) for key in keys] == [b"11"] * len(keys)
+    assert pipelines == [20, 20, 20], "one pipeline per step, all twenty functions in each"
+    assert [cache_redis().get(key) for key in keys] == [b"11"] * len(keys)
 
 
 def test_a_lone_function_sends_its_commands_as_they_are(pipelines):
     key = _key("lone")
-    assert asyncio.run(run_batched(lambda: (stock_redis().set(key, "1"), stock_redis().get(key)))) == (True, b"1")
-    assert pipelines.sizes == []
+    assert asyncio.run(run_batched(lambda: (cache_redis().set(key, "1"), cache_redis().get(key)))) == (True, b"1")
+    assert pipelines == []
 
 
 def test_a_commands_error_is_its_callers_alone_and_a_lost_script_is_loaded_again():
     text, counter = _key("text"), _key("counter")
-    stock_redis().set(text, "not a number")
-    stock_redis().script_flush()  # a Redis that restarted: NOSCRIPT for every EVALSHA
+    cache_redis().set(text, "not a number")
+    cache_redis().script_flush()  # a Redis that restarted: NOSCRIPT for every EVALSHA
 
     def incr(key: str):
         try:
-            return stock_redis().incr(key)
+            return cache_redis().incr(key)
         except redis.ResponseError as exc:
             return type(exc).__name__
 
     def echo(key: str):
-        return ECHO(keys=[key], args=["x"], client=stock_redis())
+        return ECHO(keys=[key], args=["x"], client=cache_redis())
 
     async def together():
         return await asyncio.gather(
@@ -97,13 +82,13 @@ def test_a_function_finishes_when_its_request_is_gone():
     key = _key("left")
 
     def two_steps():
-        stock_redis().set(key, "reserved")
-        stock_redis().expire(key, 60)
+        cache_redis().set(key, "reserved")
+        cache_redis().expire(key, 60)
         return "answered"
 
     async def left_after_the_first_command():
         request = asyncio.ensure_future(run_batched(two_steps))
-        other = asyncio.ensure_future(run_batched(lambda: stock_redis().incr(_key("other"))))
+        other = asyncio.ensure_future(run_batched(lambda: cache_redis().incr(_key("other"))))
         await asyncio.sleep(0)  # both have sent their first command
         request.cancel()
         assert await other == 1
@@ -111,11 +96,11 @@ def test_a_function_finishes_when_its_request_is_gone():
             await request
 
     asyncio.run(left_after_the_first_command())
-    assert stock_redis().get(key) == b"reserved"
-    assert 0 < stock_redis().ttl(key) <= 60, "its second command ran too"
+    assert cache_redis().get(key) == b"reserved"
+    assert 0 < cache_redis().ttl(key) <= 60, "its second command ran too"
 
 
-def test_a_timeout_is_every_callers_of_the_pipeline_and_waited_for_once(tmp_path):
+def test_a_timeout_is_every_callers_of_the_pipeline_and_waited_for_once(tmp_path, pipelines):
     server = RedisServer(free_port(), tmp_path).start()
     pool = redis.Redis.from_url(server.url, socket_timeout=0.5)
     try:
@@ -133,7 +118,9 @@ def test_a_timeout_is_every_callers_of_the_pipeline_and_waited_for_once(tmp_path
         assert asyncio.run(together(3)) == [1, 1, 1]
         os.kill(server.process.proc.pid, signal.SIGSTOP)
         try:
+            del pipelines[:]
             assert asyncio.run(together(3)) == ["timeout"] * 3
+            assert pipelines == [3], "one pipeline timed out for the three, none sent again"
         finally:
             os.kill(server.process.proc.pid, signal.SIGCONT)
         # The stopped server ran the pipeline when it woke: each command once, none sent again.

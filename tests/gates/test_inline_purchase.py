@@ -10,7 +10,6 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import redis
 
 from config.asgi import application as front
 from orders.models import Order
@@ -26,6 +25,7 @@ from ..helpers import (
     asgi_call,
     asgi_request,
     assert_identity,
+    pipeline_sizes,
     purchase,
     start_celery_worker,
     start_gunicorn,
@@ -162,14 +162,7 @@ def test_purchases_answered_together_on_the_loop_share_their_redis_round_trips(p
     _cached(*users)
     _remembered(activity)
     token = activity_token_ensure(activity_id=activity.pk)
-    sizes: list[int] = []
-    execute = redis.client.Pipeline.execute
-
-    def counted(pipe, *args, **kwargs):
-        sizes.append(len(pipe.command_stack))
-        return execute(pipe, *args, **kwargs)
-
-    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    sizes = pipeline_sizes(monkeypatch)
     answers = _buy_together(activity, [token_of(user) for user in users], token)
     statuses = Counter(a["status"] for a in answers)
     assert statuses == {202: stock, 410: len(users) - stock}, [a["body"] for a in answers]
