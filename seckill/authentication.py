@@ -66,7 +66,7 @@ from .breaker import redis_away
 
 logger = logging.getLogger(__name__)
 
-# ("token", key) -> TokenShopper or REFUSED, ("session", user id, auth hash) -> User.
+# ("token", key) -> (user id, username) or REFUSED, ("session", user id, auth hash) -> User.
 _memory: ProcessMemory[tuple, object] = ProcessMemory("seckill.authentication", max_entries=100_000)
 _cached = _memory.get
 REFUSED = "refused"  # a token the database refused moments ago
@@ -103,6 +103,13 @@ class TokenShopper:
             user._state.adding = False
             self._user = user
         return self._user
+
+
+def _remember_token(key: str, shopper: TokenShopper) -> None:
+    # A tuple of an int and a str, not the TokenShopper: the cyclic garbage collector does
+    # not track it, so a full collection does not walk every shopper of a flood (at 60,000
+    # remembered shoppers its pauses were 20-50 ms, the purchases' p99: docs/BENCHMARKS.md).
+    _remember(("token", key), (shopper.user_id, shopper.username))
 
 
 # --- the shared cache: token digest -> "user_id:username:mac" in the cache Redis -------
@@ -186,7 +193,7 @@ def token_known(key: str) -> TokenShopper | None:
     known = _cached(("token", key))
     if known == REFUSED:
         raise AuthenticationFailed("Invalid token.")
-    return known if isinstance(known, TokenShopper) else None  # what ("token", key) holds, or None
+    return TokenShopper(*known) if isinstance(known, tuple) else None  # (user id, username), or None
 
 
 def _refuse(key: str) -> NoReturn:
@@ -244,7 +251,7 @@ def token_shopper_of_reply(
         if reply.shopper is not None:
             known = _shopper_of_entry(key, reply.shopper)
             if known is not None:
-                _remember(("token", key), known)
+                _remember_token(key, known)
                 return known, True
     if not database:
         raise DatabaseNeeded
@@ -267,7 +274,7 @@ def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_
         token_shared_remember([(key, *row)])
     except RedisError as exc:
         logger.warning("shared token cache not written: %s", exc)
-    _remember(("token", key), known)
+    _remember_token(key, known)
     return known
 
 
@@ -288,7 +295,7 @@ def token_shoppers_from_database(keys: Collection[str]) -> dict[str, TokenShoppe
     found = {}
     for key, user_id, username in rows:
         found[key] = known = TokenShopper(user_id, username)
-        _remember(("token", key), known)
+        _remember_token(key, known)
     return found
 
 

@@ -1,6 +1,7 @@
 """The cached authentication of the JSON API (seckill/authentication.py), the bare ping
 view the benchmarks measure against, and the bench-only endpoint staying unmounted."""
 
+import gc
 import io
 
 import pytest
@@ -12,7 +13,13 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from seckill.activities import activity_token_ensure
-from seckill.authentication import SHARED_PREFIX, token_cache_clear, token_shared_key, token_shoppers_from_database
+from seckill.authentication import (
+    SHARED_PREFIX,
+    token_cache_clear,
+    token_known,
+    token_shared_key,
+    token_shoppers_from_database,
+)
 from seckill.selectors import gate_redis
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
@@ -156,6 +163,24 @@ def test_a_deleted_token_or_an_inactive_user_is_refused_at_once_despite_the_shar
         users[1].save()
     assert [_result_as(k, activity) for k in keys] == [401, 401]
     assert gate_redis().keys(f"{SHARED_PREFIX}*") == []
+
+
+def test_the_shoppers_this_process_remembers_are_out_of_the_garbage_collectors_sight():
+    """A flood leaves up to 100,000 shoppers in each web process's memory. Were each one an
+    object the cyclic collector tracks, every full collection would walk them all: at 60,000
+    its pauses were 20-50 ms, with every request of the event loop waiting (the purchases'
+    p99, docs/BENCHMARKS.md)."""
+    users = make_users(400, prefix="untracked")
+    keys = dict(Token.objects.filter(user__in=users).values_list("user_id", "key"))
+    warm = [keys[user.pk] for user in users[:10]]  # the statement prepared, the connections made
+    token_shoppers_from_database(warm)
+    assert [token_known(key).user_id for key in warm] == [user.pk for user in users[:10]]
+    gc.collect()
+    tracked_before = len(gc.get_objects())
+    token_shoppers_from_database([keys[user.pk] for user in users[10:]])
+    assert all(token_known(keys[user.pk]).user_id == user.pk for user in users[10:])
+    gc.collect()
+    assert len(gc.get_objects()) - tracked_before < 39  # not one per shopper remembered
 
 
 def test_token_cache_fill_shares_every_active_users_token_and_no_other(django_assert_max_num_queries):
