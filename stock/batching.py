@@ -64,9 +64,13 @@ async def run_batched(function: Callable[..., Any], *args: Any) -> Any:
     step = run.switch(*args)  # up to its first command, on this task's turn
     if run.dead:
         return step
-    run.done = asyncio.get_running_loop().create_future()
+    done = run.done = asyncio.get_running_loop().create_future()
     _turn().add(_Pending(run, step))
-    return await run.done
+    del run, step
+    try:
+        return await done
+    finally:
+        del done  # an error raised here has this frame in its traceback (as in _Turn.resume)
 
 
 class _Turn:
@@ -98,7 +102,10 @@ class _Turn:
             step = run.throw(reply) if failed else run.switch(reply)
         except BaseException as exc:  # the function's own error: its request's to answer
             if not run.done.done():
-                run.done.set_exception(exc)
+                # Its traceback from the function down: with this frame in it, which holds
+                # the future that holds the error, each would keep the other alive for the
+                # cyclic collector to find (DatabaseNeeded, once per new shopper of a flood).
+                run.done.set_exception(exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None))
             return
         if run.dead:
             if not run.done.done():

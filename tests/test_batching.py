@@ -3,6 +3,7 @@ one pipeline per loop turn; each function gets its own reply or error where it s
 command, and finishes even when the request that started it is gone."""
 
 import asyncio
+import gc
 import os
 import signal
 import uuid
@@ -130,3 +131,36 @@ def test_a_timeout_is_every_callers_of_the_pipeline_and_waited_for_once(tmp_path
     finally:
         pool.close()
         server.stop()
+
+
+class Refused(Exception):
+    pass
+
+
+def test_a_function_that_raises_after_a_command_leaves_no_garbage_cycle():
+    """A function on the loop that stops with an error after its command (a new shopper
+    only the database knows: DatabaseNeeded) leaves nothing for the cyclic collector. Its
+    traceback held the frames that held the future holding it: a flood of new shoppers
+    left thousands of frames for every full collection to find, each one a pause of
+    every request on the loop."""
+    key = _key("raises")
+
+    def refused() -> None:
+        cache_redis().incr(key)
+        raise Refused
+
+    async def flood() -> int:
+        await asyncio.gather(*(run_batched(refused) for _ in range(5)), return_exceptions=True)  # warm
+        gc.collect()
+        gc.disable()
+        try:
+            outcomes = await asyncio.gather(*(run_batched(refused) for _ in range(100)), return_exceptions=True)
+            assert all(isinstance(outcome, Refused) for outcome in outcomes)
+            del outcomes
+            return gc.collect()
+        finally:
+            gc.enable()
+
+    found = asyncio.run(flood())
+    assert found < 20, f"{found} objects in garbage cycles after 100 functions raised"
+    assert cache_redis().get(key) == b"105"
