@@ -134,7 +134,7 @@ def test_a_timeout_is_every_callers_of_the_pipeline_and_waited_for_once(tmp_path
 
 
 class Refused(Exception):
-    pass
+    """The error a batched function raises after its command."""
 
 
 def test_a_function_that_raises_after_a_command_leaves_no_garbage_cycle():

@@ -82,24 +82,25 @@ def _buy(app, activity, user) -> dict:
     return answer
 
 
-def _buy_together(activity, shoppers: list[str], token: str) -> list[dict]:
-    """Each shopper's purchase at once, on one event loop, as on the server."""
-
-    async def flood():
-        return await asyncio.gather(
-            *(
-                asgi_request(
-                    front,
-                    "POST",
-                    f"/api/activities/{activity.pk}/purchase",
-                    headers={"Authorization": f"Token {shopper}"},
-                    body={"token": token, "quantity": 1},
-                )
-                for shopper in shoppers
+async def _purchases(activity, shoppers: list[str], token: str) -> list[dict]:
+    """Each shopper's purchase at once, on the running event loop, as on the server."""
+    return await asyncio.gather(
+        *(
+            asgi_request(
+                front,
+                "POST",
+                f"/api/activities/{activity.pk}/purchase",
+                headers={"Authorization": f"Token {shopper}"},
+                body={"token": token, "quantity": 1},
             )
+            for shopper in shoppers
         )
+    )
 
-    return asyncio.run(flood())
+
+def _buy_together(activity, shoppers: list[str], token: str) -> list[dict]:
+    """``_purchases`` on an event loop of their own."""
+    return asyncio.run(_purchases(activity, shoppers, token))
 
 
 def _cached(*users) -> None:
@@ -232,19 +233,7 @@ def test_new_shoppers_bought_on_the_loop_leave_no_garbage_cycles(pool):
     shoppers = [token_of(user) for user in users]
 
     async def buy(batch: list[str]) -> list[int]:
-        answers = await asyncio.gather(
-            *(
-                asgi_request(
-                    front,
-                    "POST",
-                    f"/api/activities/{activity.pk}/purchase",
-                    headers={"Authorization": f"Token {shopper}"},
-                    body={"token": token, "quantity": 1},
-                )
-                for shopper in batch
-            )
-        )
-        return [answer["status"] for answer in answers]
+        return [answer["status"] for answer in await _purchases(activity, batch, token)]
 
     async def flood() -> int:
         assert await buy(shoppers[:10]) == [202] * 10  # warm: connections, statements
