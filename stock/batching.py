@@ -6,7 +6,8 @@ although the requests that came in with it are ready to send theirs. ``run_batch
 a function in a greenlet; when it sends a command through a thread client
 (``stock.redis_client.thread_client``) the greenlet pauses there, and once every request
 of this loop turn has had its turn, one pipeline carries all their commands (one per
-client; a lone command goes as it is). Each function then goes on with its own reply or
+client, in one write on the thread client's own connection: ``execute_many``, so a batch
+never waits for a connection to be opened). Each function then goes on with its own reply or
 error, exactly where it stopped: the code that sends the commands is the code every
 other path runs, unchanged; only the waiting is shared.
 
@@ -37,7 +38,7 @@ class _Batched(greenlet.greenlet):
 
 
 class _Command(NamedTuple):
-    client: Any  # a redis.Redis
+    client: Any  # a thread client (stock.redis_client): execute_command, execute_many
     args: tuple
     options: dict
 
@@ -118,13 +119,7 @@ def _replies(group: list[_Pending]) -> tuple[list[Any], list[bool]]:
     """The replies to one client's commands, and whether each is an error to raise."""
     client = group[0].command.client
     try:
-        if len(group) == 1:
-            command = group[0].command
-            return [client.execute_command(*command.args, **command.options)], [False]
-        pipe = client.pipeline(transaction=False)
-        for pending in group:
-            pipe.execute_command(*pending.command.args, **pending.command.options)
-        replies = pipe.execute(raise_on_error=False)
+        replies = client.execute_many([(pending.command.args, pending.command.options) for pending in group])
     except Exception as exc:  # a connection error, a timeout: every command's
         return [exc] * len(group), [True] * len(group)
     return replies, [isinstance(reply, Exception) for reply in replies]

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import NamedTuple, TypeAlias
 
@@ -22,6 +22,7 @@ import redis
 from django.conf import settings
 from django_redis import get_redis_connection
 from redis.backoff import NoBackoff
+from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
 from core.memory import register_reset
@@ -92,6 +93,36 @@ class _HeldConnection(redis.Redis):
         batched, reply = command_batched(self, args, options)
         if batched:
             return reply
+        self._stray_dropped()
+        return super().execute_command(*args, **options)
+
+    def execute_many(self, commands: Sequence[tuple[tuple, dict]]) -> list:
+        """``commands`` ((args, options) each) sent in one write on this client's own
+        connection, their replies read in order: a pipeline's round trip without a
+        pipeline's connection. A pipeline takes one from the pool and gives it back, and a
+        pool thread that starts takes that one for its life: the event loop's next batch
+        (``stock.batching``) then opened a connection of its own, with the loop stopped
+        meanwhile. A command's error (``ResponseError``) is its reply; a connection error
+        or a timeout is raised, the connection dropped (the next command connects again)."""
+        self._stray_dropped()
+        connection = self.connection
+        if connection is None:  # only a client made without its single connection
+            raise redis.ConnectionError("this client holds no connection")
+        with self.single_connection_lock:
+            try:
+                connection.send_packed_command(connection.pack_commands([args for args, _ in commands]))
+                replies: list = []
+                for args, options in commands:
+                    try:
+                        replies.append(self.parse_response(connection, args[0], **options))
+                    except redis.ResponseError as exc:
+                        replies.append(exc)
+            except BaseException:
+                connection.disconnect()  # replies may be left unread: never reuse the socket
+                raise
+        return replies
+
+    def _stray_dropped(self) -> None:
         connection = self.connection
         if connection is not None and connection.is_connected:
             try:
@@ -100,7 +131,6 @@ class _HeldConnection(redis.Redis):
                 stray = True
             if stray:
                 connection.disconnect()
-        return super().execute_command(*args, **options)
 
 
 class _Held(NamedTuple):
@@ -111,12 +141,24 @@ class _Held(NamedTuple):
     retry_at: float
 
 
+# What each new connection tells Redis about its client (CLIENT SETINFO), found once: left
+# to redis-py, every connection looks its version up in the installed packages' metadata
+# (a scan of sys.path, a millisecond or more; on a busy web process's event loop, tens).
+DRIVER_INFO = DriverInfo()
+
+
 @lru_cache(maxsize=1)
 def _stock_redis_shared() -> StockRedis:
     # redis-py's pool notices a fork and reconnects, so one pool per process is safe
     # under gunicorn's pre-fork model and Celery's prefork pool.
     # A connect on a LAN takes well under a millisecond: 0.5 s is a host that is not there.
-    options = {"socket_connect_timeout": 0.5, "socket_timeout": 2, "health_check_interval": 30, "max_connections": 200}
+    options = {
+        "socket_connect_timeout": 0.5,
+        "socket_timeout": 2,
+        "health_check_interval": 30,
+        "max_connections": 200,
+        "driver_info": DRIVER_INFO,
+    }
     if settings.SECKILL_REDIS_CLUSTER:
         # Redis Cluster: the URL names any node; the client learns the slot map from it.
         # Every key one script touches shares a hash tag, so each call has one slot.

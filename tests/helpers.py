@@ -373,19 +373,20 @@ async def asgi_request(app, method: str, path: str, *, headers=None, body=None, 
 # --- Redis's own count of the commands it ran -------------------------------------------
 
 
-def pipeline_sizes(monkeypatch) -> list[int]:
-    """The number of commands of each redis-py pipeline run from now on (the real ones, sent
-    as they are), in order; the list fills as they run."""
-    import redis
+def batch_sizes(monkeypatch) -> list[int]:
+    """The number of commands of each batch the event loop's purchases send together
+    (``stock.batching``, one write on a thread client's connection) from now on, in order;
+    the list fills as they run."""
+    from stock.redis_client import _HeldConnection
 
     sizes: list[int] = []
-    execute = redis.client.Pipeline.execute
+    execute_many = _HeldConnection.execute_many
 
-    def counted(pipe, *args, **kwargs):
-        sizes.append(len(pipe.command_stack))
-        return execute(pipe, *args, **kwargs)
+    def counted(client, commands):
+        sizes.append(len(commands))
+        return execute_many(client, commands)
 
-    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    monkeypatch.setattr(_HeldConnection, "execute_many", counted)
     return sizes
 
 

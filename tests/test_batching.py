@@ -6,17 +6,19 @@ import asyncio
 import gc
 import os
 import signal
+import threading
 import uuid
 
 import pytest
 import redis
+from django.conf import settings
 
 from stock.batching import run_batched
 from stock.redis_client import cache_redis, thread_client
 from stock.scripts import LuaScript
 
 from .drills.infra import RedisServer
-from .helpers import free_port, pipeline_sizes, wait_until
+from .helpers import batch_sizes, free_port, wait_until
 
 # The functions use the cache Redis's thread client: a single Redis in every set-up (the
 # stock Redis may be a Cluster, whose client is not batched).
@@ -25,15 +27,15 @@ ECHO = LuaScript(None, b"return {KEYS[1], ARGV[1]}")  # type: ignore[arg-type]
 
 
 @pytest.fixture
-def pipelines(monkeypatch) -> list[int]:
-    return pipeline_sizes(monkeypatch)
+def batches(monkeypatch) -> list[int]:
+    return batch_sizes(monkeypatch)
 
 
 def _key(name: str) -> str:
     return f"test:batching:{uuid.uuid4().hex}:{name}"
 
 
-def test_functions_on_one_loop_send_each_step_in_one_pipeline(pipelines):
+def test_functions_on_one_loop_send_each_step_in_one_batch(batches):
     keys = [_key(str(i)) for i in range(20)]
 
     def steps(key: str) -> tuple[int, int, bytes]:
@@ -47,14 +49,14 @@ def test_functions_on_one_loop_send_each_step_in_one_pipeline(pipelines):
 
     replies = asyncio.run(together())
     assert replies == [(1, 11, b"11")] * len(keys), "each function its own replies, in its own order"
-    assert pipelines == [20, 20, 20], "one pipeline per step, all twenty functions in each"
+    assert batches == [20, 20, 20], "one batch per step, all twenty functions in each"
     assert [cache_redis().get(key) for key in keys] == [b"11"] * len(keys)
 
 
-def test_a_lone_function_sends_its_commands_as_they_are(pipelines):
+def test_a_lone_function_sends_its_commands_as_they_are(batches):
     key = _key("lone")
     assert asyncio.run(run_batched(lambda: (cache_redis().set(key, "1"), cache_redis().get(key)))) == (True, b"1")
-    assert pipelines == []
+    assert batches == [1, 1]
 
 
 def test_a_commands_error_is_its_callers_alone_and_a_lost_script_is_loaded_again():
@@ -101,7 +103,7 @@ def test_a_function_finishes_when_its_request_is_gone():
     assert 0 < cache_redis().ttl(key) <= 60, "its second command ran too"
 
 
-def test_a_timeout_is_every_callers_of_the_pipeline_and_waited_for_once(tmp_path, pipelines):
+def test_a_timeout_is_every_callers_of_the_batch_and_waited_for_once(tmp_path, batches):
     server = RedisServer(free_port(), tmp_path).start()
     pool = redis.Redis.from_url(server.url, socket_timeout=0.5)
     try:
@@ -119,12 +121,12 @@ def test_a_timeout_is_every_callers_of_the_pipeline_and_waited_for_once(tmp_path
         assert asyncio.run(together(3)) == [1, 1, 1]
         os.kill(server.process.proc.pid, signal.SIGSTOP)
         try:
-            del pipelines[:]
+            del batches[:]
             assert asyncio.run(together(3)) == ["timeout"] * 3
-            assert pipelines == [3], "one pipeline timed out for the three, none sent again"
+            assert batches == [3], "one batch timed out for the three, none sent again"
         finally:
             os.kill(server.process.proc.pid, signal.SIGCONT)
-        # The stopped server ran the pipeline when it woke: each command once, none sent again.
+        # The stopped server ran the batch when it woke: each command once, none sent again.
         wait_until(lambda: pool.get("k0") == b"2", timeout=30, what="the pipeline run after SIGCONT")
         assert [pool.get(f"k{i}") for i in range(3)] == [b"2"] * 3
         assert asyncio.run(together(3)) == [3, 3, 3], "the clients work again"
@@ -164,3 +166,70 @@ def test_a_function_that_raises_after_a_command_leaves_no_garbage_cycle():
     found = asyncio.run(flood())
     assert found < 20, f"{found} objects in garbage cycles after 100 functions raised"
     assert cache_redis().get(key) == b"105"
+
+
+def test_the_loops_batches_open_no_connection_when_a_thread_takes_the_pools_idle_one(monkeypatch):
+    """A pool thread that starts takes a connection from the pool for its life. The loop's
+    batches once went through redis-py pipelines, which take one from the pool and give it
+    back: the thread took that one, and the loop's next batch opened a new connection,
+    with every request of the process waiting (each pool thread's first request, in a
+    sale's first seconds)."""
+    url = settings.CACHES["default"]["LOCATION"]
+    pool = redis.Redis.from_url(url)  # a pool of its own: what it holds is known
+    opened: list[str] = []
+    make_connection = pool.connection_pool.make_connection
+
+    def counted():
+        opened.append(threading.current_thread().name)
+        return make_connection()
+
+    monkeypatch.setattr(pool.connection_pool, "make_connection", counted)
+    client = lambda: thread_client("test-batching-held", url, lambda: pool)  # noqa: E731
+    key = _key("loop")
+
+    async def together():
+        return await asyncio.gather(*(run_batched(lambda: client().incr(key)) for _ in range(5)))
+
+    started, done = threading.Event(), threading.Event()
+
+    def pool_thread():
+        client().ping()
+        started.set()
+        done.wait(30)  # alive, holding its connection, until the loop's next batch is sent
+
+    try:
+        assert sorted(asyncio.run(together())) == [1, 2, 3, 4, 5]
+        starter = threading.Thread(target=pool_thread, name="pool-thread-that-starts")
+        starter.start()
+        assert started.wait(30)
+        del opened[:]
+        assert sorted(asyncio.run(together())) == [6, 7, 8, 9, 10]
+        assert opened == [], "the loop's batch went on a connection it opened"
+    finally:
+        done.set()
+        pool.close()
+
+
+def test_a_new_connection_does_not_look_the_client_library_up_in_the_package_metadata(monkeypatch):
+    """redis-py finds its version for CLIENT SETINFO in the installed packages' metadata,
+    for every connection unless told: a scan of sys.path, tens of milliseconds on a busy
+    web process, whose event loop opens connections too."""
+    import redis.utils
+
+    from stock.redis_client import stock_redis
+
+    looked_up: list[str] = []
+    version = redis.utils.metadata.version
+
+    def counted(name: str) -> str:
+        looked_up.append(name)
+        return version(name)
+
+    monkeypatch.setattr(redis.utils.metadata, "version", counted)
+    for client in (stock_redis(), cache_redis()):
+        connection = client.connection_pool.make_connection()
+        try:
+            connection.connect()
+        finally:
+            connection.disconnect()
+    assert looked_up == []

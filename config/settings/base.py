@@ -6,6 +6,7 @@ from pathlib import Path
 import environ
 from csp.constants import NONE, SELF
 from redis.backoff import NoBackoff
+from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -128,7 +129,8 @@ CACHES = {
             "SERIALIZER": "django_redis.serializers.json.JSONSerializer",
             # No automatic retries, as for the stock engine (stock.redis_client.no_retries):
             # a write whose reply was lost may have run, and a miss costs less than a wait.
-            "CONNECTION_POOL_KWARGS": {"retry": Retry(NoBackoff(), 0)},
+            # The client's version found once, not per connection (stock.redis_client.DRIVER_INFO).
+            "CONNECTION_POOL_KWARGS": {"retry": Retry(NoBackoff(), 0), "driver_info": DriverInfo()},
         },
     }
 }

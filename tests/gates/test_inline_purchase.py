@@ -26,7 +26,7 @@ from ..helpers import (
     asgi_call,
     asgi_request,
     assert_identity,
-    pipeline_sizes,
+    batch_sizes,
     purchase,
     start_celery_worker,
     start_gunicorn,
@@ -164,7 +164,7 @@ def test_purchases_answered_together_on_the_loop_share_their_redis_round_trips(p
     _cached(*users)
     _remembered(activity)
     token = activity_token_ensure(activity_id=activity.pk)
-    sizes = pipeline_sizes(monkeypatch)
+    sizes = batch_sizes(monkeypatch)
     answers = _buy_together(activity, [token_of(user) for user in users], token)
     statuses = Counter(a["status"] for a in answers)
     assert statuses == {202: stock, 410: len(users) - stock}, [a["body"] for a in answers]
