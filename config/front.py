@@ -64,7 +64,16 @@ from seckill.gates import (
     token_shoppers_fetch,
 )
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
-from seckill.selectors import activity_snapshot, activity_snapshot_remembered, blacklist, blacklist_remembered
+from seckill.selectors import (
+    activity_snapshot,
+    activity_snapshot_remembered,
+    activity_snapshot_renew,
+    activity_snapshot_renewal_due,
+    blacklist,
+    blacklist_remembered,
+    blacklist_renew,
+    blacklist_renewal_due,
+)
 from stock.batching import run_batched
 
 logger = logging.getLogger(__name__)
@@ -140,8 +149,11 @@ class EarlyAnswers:
 
     async def purchase(self, activity_id: int, scope, receive, send) -> None:
         # With no activity memory (SECKILL_ACTIVITY_CACHE_TTL 0) a lookup would fill nothing.
-        if settings.SECKILL_ACTIVITY_CACHE_TTL > 0 and not activity_snapshot_remembered(activity_id)[0]:
-            await self.filled(f"activity:{activity_id}", activity_snapshot, activity_id)
+        if settings.SECKILL_ACTIVITY_CACHE_TTL > 0:
+            if not activity_snapshot_remembered(activity_id)[0]:
+                await self.filled(f"activity:{activity_id}", activity_snapshot, activity_id)
+            elif activity_snapshot_renewal_due(activity_id):
+                self.renewed(f"activity:{activity_id}", activity_snapshot_renew, activity_id)
         refusal = purchase_early_refusal(activity_id)
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -168,15 +180,30 @@ class EarlyAnswers:
         the pool's threads do not take the GIL from the event loop, which must go on
         accepting the flood's connections. Whatever goes wrong there is the full path's
         to answer."""
+        try:
+            await asyncio.shield(self.fill_started(name, fill, *args))  # a client that leaves cancels no one's fill
+        except Exception as exc:
+            logger.debug("front: %s not filled: %s", name, exc)
+
+    def renewed(self, name: str, renew: Callable[..., object], *args) -> None:
+        """A copy of ``name`` that still lasts but is near its end (``*_renewal_due``)
+        renewed on the thread pool, with nobody waiting: the requests go on with it, and
+        none finds it missing. Whatever goes wrong there leaves it to run out (then
+        ``filled``)."""
+        try:
+            self.fill_started(name, renew, *args)
+        except RuntimeError as exc:  # the pool is shutting down
+            logger.debug("front: %s not renewed: %s", name, exc)
+
+    def fill_started(self, name: str, fill: Callable[..., object], *args) -> asyncio.Future:
+        """``fill(*args)`` on the thread pool, unless a fill of ``name`` runs already: the
+        one running."""
         running = self.fills.get(name)
         if running is None:
             running = asyncio.get_running_loop().run_in_executor(self.executor, fill, *args)
             self.fills[name] = running
             running.add_done_callback(lambda done: self._fill_done(name, done))
-        try:
-            await asyncio.shield(running)  # a client that leaves does not cancel the others' fill
-        except Exception as exc:
-            logger.debug("front: %s not filled: %s", name, exc)
+        return running
 
     def _fill_done(self, name: str, done: asyncio.Future) -> None:
         self.fills.pop(name, None)
@@ -197,8 +224,11 @@ class EarlyAnswers:
         is fetched on the thread pool and the purchase runs on the loop again (nothing was
         written before it stopped). Anything else, and whatever the fetch cannot settle
         (a token nobody has, the database away), runs on the pool as a whole."""
-        if settings.SECKILL_BLACKLIST_CACHE_TTL > 0 and not blacklist_remembered():
-            await self.filled("blacklist", blacklist)
+        if settings.SECKILL_BLACKLIST_CACHE_TTL > 0:
+            if not blacklist_remembered():
+                await self.filled("blacklist", blacklist)
+            elif blacklist_renewal_due():
+                self.renewed("blacklist", blacklist_renew)
         if purchase_runs_inline(activity_id):
             inline = await self.answer_inline(request, activity_id)
             if inline is DATABASE_NEEDED and await self.token_fetch(token):

@@ -94,6 +94,11 @@ class _SharedKeys:
 # copy. Bounded: a flood of made-up ids pushes out the oldest, never grows memory. Each
 # name's value is of its codec's type.
 _local: ProcessMemory[str, Any] = ProcessMemory("seckill.selectors.local", max_entries=100_000)
+# The server's front renews the activity's and the blacklist's copies in the last quarter
+# of their life, on its thread pool, while they still serve: the requests on its event
+# loop never find them missing (each that did waited for the pool to fill them again,
+# every second, behind the GIL the pool's thread then held).
+RENEW_AHEAD = 0.25
 _flights: ProcessMemory[str, threading.Lock] = ProcessMemory("seckill.selectors.flights", max_entries=100_000)
 
 
@@ -137,11 +142,14 @@ def _shared_rebuild(client: redis.Redis, keys: _SharedKeys, codec: _Codec[T]) ->
     return value
 
 
-def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec[T], *, local_ttl: float, shared: bool = True) -> T:
+def _shared_cached(
+    name: str, keys: _SharedKeys, codec: _Codec[T], *, local_ttl: float, shared: bool = True, renew: bool = False
+) -> T:
     """The value from this process's memory, else Redis (when ``shared``), else the
-    database read under a lock."""
+    database read under a lock. ``renew``: read again even though the copy still lasts
+    (a caller renewing it ahead); while another thread reads, the copy is the answer."""
     value = _local.get(name, MISSING)
-    if value is not MISSING:
+    if value is not MISSING and not renew:
         return value
     # One thread per process asks Redis. The others keep using the copy that just ran
     # out, if there is one, and wait for that thread only when there is none.
@@ -155,7 +163,7 @@ def _shared_cached(name: str, keys: _SharedKeys, codec: _Codec[T], *, local_ttl:
         flight.acquire()
     try:
         value = _local.get(name, MISSING)
-        if value is not MISSING:
+        if value is not MISSING and not renew:
             return value
         try:
             value = _shared_or_database(name, keys, codec, shared=shared)
@@ -302,6 +310,33 @@ def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
     )
 
 
+def _renewal_due(name: str, ttl: float) -> bool:
+    expires = _local.expires_at(name)
+    return expires is not None and 0 < expires - time.monotonic() < ttl * RENEW_AHEAD
+
+
+def activity_snapshot_renewal_due(activity_id: int) -> bool:
+    """This process's copy of the activity still lasts, but is in the last part of its
+    life (RENEW_AHEAD): time to renew it (``activity_snapshot_renew``)."""
+    return _renewal_due(f"activity:{activity_id}", settings.SECKILL_ACTIVITY_CACHE_TTL)
+
+
+def activity_snapshot_renew(activity_id: int) -> None:
+    """A new copy of the activity in this process's memory, read as ``activity_snapshot``
+    reads one when the copy has run out (Redis, else the database), while the old one
+    still serves."""
+    if 0 < activity_id < 2**63:
+        codec = _Codec(lambda: _activity_lookup(activity_id), _activity_dump, _activity_undump, _activity_ttl)
+        _shared_cached(
+            f"activity:{activity_id}",
+            _activity_keys(activity_id),
+            codec,
+            local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL,
+            shared=settings.SECKILL_ACTIVITY_REDIS_TTL > 0,
+            renew=True,
+        )
+
+
 def activity_snapshot_remembered(activity_id: int) -> tuple[bool, ActivitySnapshot | None]:
     """What this process's memory alone says of an activity, with no Redis or database
     call: (known, the snapshot or None when absent). An id above the remembered highest
@@ -444,6 +479,23 @@ def blacklist() -> Blacklist:
         _BLACKLIST_CODEC,
         local_ttl=settings.SECKILL_BLACKLIST_CACHE_TTL,
         shared=settings.SECKILL_BLACKLIST_REDIS_TTL > 0,
+    )
+
+
+def blacklist_renewal_due() -> bool:
+    """The blacklist's copy still lasts, but is in the last part of its life (RENEW_AHEAD)."""
+    return _renewal_due("blacklist", settings.SECKILL_BLACKLIST_CACHE_TTL)
+
+
+def blacklist_renew() -> None:
+    """A new copy of the blacklist in this process's memory while the old one still serves."""
+    _shared_cached(
+        "blacklist",
+        _BLACKLIST_KEYS,
+        _BLACKLIST_CODEC,
+        local_ttl=settings.SECKILL_BLACKLIST_CACHE_TTL,
+        shared=settings.SECKILL_BLACKLIST_REDIS_TTL > 0,
+        renew=True,
     )
 
 

@@ -19,7 +19,13 @@ from seckill.authentication import token_cache_clear, token_shared_remember
 from seckill.breaker import redis_breaker
 from seckill.models import Activity
 from seckill.replay import reservations_drain
-from seckill.selectors import activity_snapshot, activity_snapshot_forget, blacklist
+from seckill.selectors import (
+    activity_snapshot,
+    activity_snapshot_forget,
+    activity_snapshot_renewal_due,
+    blacklist,
+    blacklist_renewal_due,
+)
 
 from ..factories import make_activity, make_users, token_of
 from ..helpers import (
@@ -148,6 +154,41 @@ def test_a_sales_first_requests_fill_the_memory_once_and_all_buy_on_the_event_lo
     assert pool.calls["activity_snapshot"] == 1, pool.calls
     assert pool.calls["blacklist"] == 1, pool.calls
     assert pool.views == 0, "every purchase ran on the event loop"
+    reservations_drain(activity_id=activity.pk)
+    assert Order.objects.filter(activity=activity).count() == len(users)
+    assert_identity(activity)
+
+
+def test_copies_near_their_end_are_renewed_ahead_and_no_purchase_waits_for_them(pool, settings):
+    """The activity's and the blacklist's copies ran out every second or two, and each
+    time the purchases that found them missing waited for the pool to fill them again
+    (behind the GIL the pool's thread held). A copy in the last part of its life is now
+    renewed on the pool while it still serves: purchases go on with it."""
+    activity = make_activity(stock=10)
+    users = make_users(4, prefix="renewed")
+    _cached(*users)
+    token = activity_token_ensure(activity_id=activity.pk)
+    activity_snapshot_forget()
+    # Copies with 2 s left of a 30 s life: in their last quarter.
+    settings.SECKILL_ACTIVITY_CACHE_TTL = settings.SECKILL_BLACKLIST_CACHE_TTL = 2
+    _remembered(activity)
+    settings.SECKILL_ACTIVITY_CACHE_TTL = settings.SECKILL_BLACKLIST_CACHE_TTL = 30
+    assert activity_snapshot_renewal_due(activity.pk) and blacklist_renewal_due()
+
+    shoppers = [token_of(user) for user in users]
+
+    async def buy_then_let_the_renewals_end():
+        first = await _purchases(activity, shoppers[:1], token)
+        renewals = [front.fills[name] for name in (f"activity:{activity.pk}", "blacklist") if name in front.fills]
+        await asyncio.wait_for(asyncio.gather(*(asyncio.shield(r) for r in renewals)), timeout=30)
+        return first + await _purchases(activity, shoppers[1:], token)
+
+    answers = asyncio.run(buy_then_let_the_renewals_end())
+    assert [a["status"] for a in answers] == [202] * len(users), [a["body"] for a in answers]
+    assert pool.calls["activity_snapshot_renew"] == 1 and pool.calls["blacklist_renew"] == 1, pool.calls
+    assert pool.calls["activity_snapshot"] == 0 and pool.calls["blacklist"] == 0, "a purchase waited for a fill"
+    assert pool.views == 0, "every purchase ran on the event loop"
+    assert not activity_snapshot_renewal_due(activity.pk) and not blacklist_renewal_due(), "renewed for 30 s"
     reservations_drain(activity_id=activity.pk)
     assert Order.objects.filter(activity=activity).count() == len(users)
     assert_identity(activity)
