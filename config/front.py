@@ -245,7 +245,9 @@ class EarlyAnswers:
         loop before it connects; the pool runs the purchase again, and a limit it counted
         is counted again)."""
         try:
-            return await run_batched(_view_call, request, activity_id, False)
+            return await run_batched(
+                _view_call, request, activity_id, False, expected=(DatabaseNeeded, SynchronousOnlyOperation)
+            )
         except DatabaseNeeded:
             return DATABASE_NEEDED
         except SynchronousOnlyOperation:

@@ -25,16 +25,20 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import greenlet
+
+logger = logging.getLogger(__name__)
 
 
 class _Batched(greenlet.greenlet):
     """A function whose commands wait for the loop turn's pipeline."""
 
     done: asyncio.Future
+    expected: tuple[type[BaseException], ...]
 
 
 class _Command(NamedTuple):
@@ -57,10 +61,13 @@ def command_batched(client, args: tuple, options: dict) -> tuple[bool, Any]:
     return True, current.parent.switch(_Command(client, args, options))
 
 
-async def run_batched(function: Callable[..., Any], *args: Any) -> Any:
+async def run_batched(function: Callable[..., Any], *args: Any, expected: tuple[type[BaseException], ...] = ()) -> Any:
     """``function(*args)``, with each command it sends through a thread client waiting for
-    the pipeline of the requests of this loop turn. Returns or raises what it does."""
+    the pipeline of the requests of this loop turn. Returns or raises what it does. An
+    error it raises once its caller has left is logged, unless it is ``expected`` (one
+    the caller would have handled: nobody is left to act on it)."""
     run = _Batched(function)
+    run.expected = expected
     run.gr_context = contextvars.copy_context()
     step = run.switch(*args)  # up to its first command, on this task's turn
     if run.dead:
@@ -102,11 +109,14 @@ class _Turn:
         try:
             step = run.throw(reply) if failed else run.switch(reply)
         except BaseException as exc:  # the function's own error: its request's to answer
+            # Its traceback from the function down: with this frame in it, which holds
+            # the future that holds the error, each would keep the other alive for the
+            # cyclic collector to find (DatabaseNeeded, once per new shopper of a flood).
+            exc = exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None)
             if not run.done.done():
-                # Its traceback from the function down: with this frame in it, which holds
-                # the future that holds the error, each would keep the other alive for the
-                # cyclic collector to find (DatabaseNeeded, once per new shopper of a flood).
-                run.done.set_exception(exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None))
+                run.done.set_exception(exc)
+            elif not isinstance(exc, run.expected):
+                logger.error("a batched call failed after its caller left", exc_info=exc)
             return
         if run.dead:
             if not run.done.done():

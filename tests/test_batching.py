@@ -4,6 +4,7 @@ command, and finishes even when the request that started it is gone."""
 
 import asyncio
 import gc
+import logging
 import os
 import signal
 import threading
@@ -101,6 +102,40 @@ def test_a_function_finishes_when_its_request_is_gone():
     asyncio.run(left_after_the_first_command())
     assert cache_redis().get(key) == b"reserved"
     assert 0 < cache_redis().ttl(key) <= 60, "its second command ran too"
+
+
+class Refusal(Exception):
+    """An error a batched function's caller expects, and handles when it is there."""
+
+
+@pytest.mark.parametrize("raised, logged", [(ValueError, True), (Refusal, False)])
+def test_an_error_raised_after_the_caller_left_is_logged_unless_expected(caplog, raised, logged):
+    """A purchase whose client left runs to its end (the test above); an error it raised then
+    was dropped with nobody told. It is logged now, except those its caller would have
+    handled (the front's DatabaseNeeded: nothing to do with nobody waiting)."""
+    key = _key("orphan")
+
+    def fails_after_a_command():
+        cache_redis().incr(key)
+        raise raised("after the first command")
+
+    async def left_after_the_first_command():
+        request = asyncio.ensure_future(run_batched(fails_after_a_command, expected=(Refusal,)))
+        other = asyncio.ensure_future(run_batched(lambda: cache_redis().incr(_key("other"))))
+        await asyncio.sleep(0)  # both have sent their first command
+        request.cancel()
+        assert await other == 1
+        with pytest.raises(asyncio.CancelledError):
+            await request
+
+    with caplog.at_level(logging.ERROR, logger="stock.batching"):
+        asyncio.run(left_after_the_first_command())
+    assert cache_redis().get(key) == b"1", "it ran to its end"
+    errors = [r for r in caplog.records if r.name == "stock.batching"]
+    if logged:
+        assert len(errors) == 1 and errors[0].exc_info[0] is ValueError, caplog.text
+    else:
+        assert errors == [], caplog.text
 
 
 def test_a_timeout_is_every_callers_of_the_batch_and_waited_for_once(tmp_path, batches):
