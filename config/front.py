@@ -150,10 +150,11 @@ class EarlyAnswers:
     async def purchase(self, activity_id: int, scope, receive, send) -> None:
         # With no activity memory (SECKILL_ACTIVITY_CACHE_TTL 0) a lookup would fill nothing.
         if settings.SECKILL_ACTIVITY_CACHE_TTL > 0:
+            name = f"activity:{activity_id}"
             if not activity_snapshot_remembered(activity_id)[0]:
-                await self.filled(f"activity:{activity_id}", activity_snapshot, activity_id)
+                await self.filled(name, activity_snapshot, activity_id)
             elif activity_snapshot_renewal_due(activity_id):
-                self.renewed(f"activity:{activity_id}", activity_snapshot_renew, activity_id)
+                self.renewed(name, activity_snapshot_renew, activity_id)
         refusal = purchase_early_refusal(activity_id)
         message = await receive()
         if message["type"] == "http.disconnect":

@@ -300,6 +300,10 @@ def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
     value = _local.get(f"activity:{activity_id}", MISSING)
     if value is not MISSING:  # the hot path: nothing else to build
         return value
+    return _activity_cached(activity_id)
+
+
+def _activity_cached(activity_id: int, *, renew: bool = False) -> ActivitySnapshot | None:
     codec = _Codec(lambda: _activity_lookup(activity_id), _activity_dump, _activity_undump, _activity_ttl)
     return _shared_cached(
         f"activity:{activity_id}",
@@ -307,6 +311,7 @@ def activity_snapshot(activity_id: int) -> ActivitySnapshot | None:
         codec,
         local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL,
         shared=settings.SECKILL_ACTIVITY_REDIS_TTL > 0,
+        renew=renew,
     )
 
 
@@ -326,15 +331,7 @@ def activity_snapshot_renew(activity_id: int) -> None:
     reads one when the copy has run out (Redis, else the database), while the old one
     still serves."""
     if 0 < activity_id < 2**63:
-        codec = _Codec(lambda: _activity_lookup(activity_id), _activity_dump, _activity_undump, _activity_ttl)
-        _shared_cached(
-            f"activity:{activity_id}",
-            _activity_keys(activity_id),
-            codec,
-            local_ttl=settings.SECKILL_ACTIVITY_CACHE_TTL,
-            shared=settings.SECKILL_ACTIVITY_REDIS_TTL > 0,
-            renew=True,
-        )
+        _activity_cached(activity_id, renew=True)
 
 
 def activity_snapshot_remembered(activity_id: int) -> tuple[bool, ActivitySnapshot | None]:
@@ -473,12 +470,17 @@ def blacklist() -> Blacklist:
     An entry that expires keeps working until the copy is rebuilt (at most
     SECKILL_BLACKLIST_REDIS_TTL).
     """
+    return _blacklist_cached()
+
+
+def _blacklist_cached(*, renew: bool = False) -> Blacklist:
     return _shared_cached(
         "blacklist",
         _BLACKLIST_KEYS,
         _BLACKLIST_CODEC,
         local_ttl=settings.SECKILL_BLACKLIST_CACHE_TTL,
         shared=settings.SECKILL_BLACKLIST_REDIS_TTL > 0,
+        renew=renew,
     )
 
 
@@ -489,14 +491,7 @@ def blacklist_renewal_due() -> bool:
 
 def blacklist_renew() -> None:
     """A new copy of the blacklist in this process's memory while the old one still serves."""
-    _shared_cached(
-        "blacklist",
-        _BLACKLIST_KEYS,
-        _BLACKLIST_CODEC,
-        local_ttl=settings.SECKILL_BLACKLIST_CACHE_TTL,
-        shared=settings.SECKILL_BLACKLIST_REDIS_TTL > 0,
-        renew=True,
-    )
+    _blacklist_cached(renew=True)
 
 
 def blacklist_forget() -> None:

@@ -82,6 +82,18 @@ def test_a_commands_error_is_its_callers_alone_and_a_lost_script_is_loaded_again
     assert asyncio.run(together()) == ["ResponseError", 1, [b"a", b"x"], [b"b", b"x"]]
 
 
+async def _left_after_the_first_command(batched) -> None:
+    """``batched`` (a run_batched call) cancelled once it and another function have sent
+    their first command: its client left."""
+    request = asyncio.ensure_future(batched)
+    other = asyncio.ensure_future(run_batched(lambda: cache_redis().incr(_key("other"))))
+    await asyncio.sleep(0)  # both have sent their first command
+    request.cancel()
+    assert await other == 1
+    with pytest.raises(asyncio.CancelledError):
+        await request
+
+
 def test_a_function_finishes_when_its_request_is_gone():
     key = _key("left")
 
@@ -90,16 +102,7 @@ def test_a_function_finishes_when_its_request_is_gone():
         cache_redis().expire(key, 60)
         return "answered"
 
-    async def left_after_the_first_command():
-        request = asyncio.ensure_future(run_batched(two_steps))
-        other = asyncio.ensure_future(run_batched(lambda: cache_redis().incr(_key("other"))))
-        await asyncio.sleep(0)  # both have sent their first command
-        request.cancel()
-        assert await other == 1
-        with pytest.raises(asyncio.CancelledError):
-            await request
-
-    asyncio.run(left_after_the_first_command())
+    asyncio.run(_left_after_the_first_command(run_batched(two_steps)))
     assert cache_redis().get(key) == b"reserved"
     assert 0 < cache_redis().ttl(key) <= 60, "its second command ran too"
 
@@ -119,17 +122,8 @@ def test_an_error_raised_after_the_caller_left_is_logged_unless_expected(caplog,
         cache_redis().incr(key)
         raise raised("after the first command")
 
-    async def left_after_the_first_command():
-        request = asyncio.ensure_future(run_batched(fails_after_a_command, expected=(Refusal,)))
-        other = asyncio.ensure_future(run_batched(lambda: cache_redis().incr(_key("other"))))
-        await asyncio.sleep(0)  # both have sent their first command
-        request.cancel()
-        assert await other == 1
-        with pytest.raises(asyncio.CancelledError):
-            await request
-
     with caplog.at_level(logging.ERROR, logger="stock.batching"):
-        asyncio.run(left_after_the_first_command())
+        asyncio.run(_left_after_the_first_command(run_batched(fails_after_a_command, expected=(Refusal,))))
     assert cache_redis().get(key) == b"1", "it ran to its end"
     errors = [r for r in caplog.records if r.name == "stock.batching"]
     if logged:
