@@ -20,10 +20,10 @@ view calls), with what Django's handler does around a view that this one needs (
 database connection closed, the request id), without an ``HttpRequest``, the middleware
 chain or the URL resolver; its answer gets the headers the API chain would add. It runs
 on the event loop itself when ``seckill.gates.purchase_runs_inline`` says it needs only
-memory and two short Redis round trips (the hop to a thread and back cost as much CPU
-as the purchase: docs/BENCHMARKS.md), its commands sent with those of the other
-purchases of the loop's turn in one pipeline (``stock.batching``), else on the thread
-pool. What that function leaves to DRF (a new activity without its token yet),
+memory, two short Redis round trips and, for a new shopper, the loop's token lookup (the
+hop to a thread and back cost as much CPU as the purchase: docs/BENCHMARKS.md), its
+commands and lookups sent with those of the other purchases of the loop's turn
+(``stock.batching``), else on the thread pool. What that function leaves to DRF (a new activity without its token yet),
 anything but a token-authenticated JSON purchase, and a body over 4 KiB go on to the
 app behind, the body already read handed on with it.
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import logging
 import re
@@ -56,13 +55,7 @@ from config.request_log import request_id_of, request_id_var
 from core.errors import ApiError
 from core.log_filters import rejection_expected
 from seckill.apis import purchase_token_answer
-from seckill.authentication import DatabaseNeeded
-from seckill.gates import (
-    purchase_early_refusal,
-    purchase_remembered_refusal,
-    purchase_runs_inline,
-    token_shoppers_fetch,
-)
+from seckill.gates import purchase_early_refusal, purchase_remembered_refusal, purchase_runs_inline
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
 from seckill.selectors import (
     activity_snapshot,
@@ -83,8 +76,6 @@ _PLACEHOLDER = 987654321
 _REQUEST_ID = REQUEST_ID_HEADER.lower().encode("ascii")
 # A purchase's body is a few dozen bytes; a larger one goes the full way.
 MAX_BODY = 4096
-# Tokens fetched from the database in one statement (EarlyAnswers.token_fetch).
-MAX_TOKEN_BATCH = 200
 # Entries of each of the front's memos (hosts, refusal bodies).
 MAX_MEMO = 64
 
@@ -137,8 +128,6 @@ class EarlyAnswers:
         self.hosts_of: tuple[object, bool] | None = None  # the ALLOWED_HOSTS and DEBUG they are for
         self.refusal_bodies: dict[tuple[int, str, str], bytes] = {}
         self.fills: dict[str, asyncio.Future] = {}  # at most one per name, while it runs
-        self.tokens_waiting: dict[str, asyncio.Future] = {}  # for the next batch (token_fetch)
-        self.token_batch: asyncio.Future | None = None  # the batch running on the pool
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -221,10 +210,7 @@ class EarlyAnswers:
 
     async def answer(self, request: FrontRequest, activity_id: int, token: str) -> Answer | None:
         """On the event loop when ``seckill.gates.purchase_runs_inline`` says the purchase
-        needs only memory and two short Redis round trips; a token only the database knows
-        is fetched on the thread pool and the purchase runs on the loop again (nothing was
-        written before it stopped). Anything else, and whatever the fetch cannot settle
-        (a token nobody has, the database away), runs on the pool as a whole."""
+        needs only memory, Redis and the loop's token lookup; anything else on the pool."""
         if settings.SECKILL_BLACKLIST_CACHE_TTL > 0:
             if not blacklist_remembered():
                 await self.filled("blacklist", blacklist)
@@ -232,77 +218,24 @@ class EarlyAnswers:
                 self.renewed("blacklist", blacklist_renew)
         if purchase_runs_inline(activity_id):
             inline = await self.answer_inline(request, activity_id)
-            if inline is DATABASE_NEEDED and await self.token_fetch(token):
-                inline = await self.answer_inline(request, activity_id)
             if not isinstance(inline, OnPool):
                 return inline
         return await self.answer_on_pool(request, activity_id)
 
     async def answer_inline(self, request: FrontRequest, activity_id: int) -> Answer | OnPool | None:
-        """The purchase's view function on the event loop itself, its Redis commands sent
-        with those of the other purchases of the loop turn (``stock.batching``);
-        ``DATABASE_NEEDED`` when only the database knows the token (nothing written yet),
-        ``ON_POOL`` when a copy ran out of memory just now (Django refuses a query on the
-        loop before it connects; the pool runs the purchase again, and a limit it counted
-        is counted again)."""
+        """The purchase's view function on the event loop itself, its Redis commands and
+        token lookups sent with those of the other purchases of the loop turn
+        (``stock.batching``); ``ON_POOL`` when a copy ran out of memory just now (Django
+        refuses a query on the loop before it connects; the pool runs the purchase again,
+        and a limit it counted is counted again)."""
         try:
-            return await run_batched(
-                _view_call, request, activity_id, False, expected=(DatabaseNeeded, SynchronousOnlyOperation)
-            )
-        except DatabaseNeeded:
-            return DATABASE_NEEDED
+            return await run_batched(_view_inline, request, activity_id, expected=(SynchronousOnlyOperation,))
         except SynchronousOnlyOperation:
             logger.info("purchase of activity %s needed the database on the event loop: run on the pool", activity_id)
             return ON_POOL
         except Exception:
             logger.exception("purchase of activity %s failed", activity_id)
             return ApiError(500, "server_error", "Something went wrong on our side; please try again.")
-
-    async def token_fetch(self, token: str) -> bool:
-        """The token's shopper from the database into this process's memory and the shared
-        cache (``seckill.gates.token_shoppers_fetch``), on the thread pool and a batch at a
-        time: while one batch runs, the tokens that come wait for the next, which takes
-        them all (up to MAX_TOKEN_BATCH). A flood of shoppers the shared cache does not
-        hold costs a hop, a statement and a write to the shared cache per batch, not per
-        shopper; alone, a token goes at once. False when that did not settle it (a token
-        nobody has, the database away): the full path answers (401, 429, busy) as it would."""
-        waiting = self.tokens_waiting.get(token)
-        if waiting is None:
-            waiting = self.tokens_waiting[token] = asyncio.get_running_loop().create_future()
-        if self.token_batch is None:
-            self._token_batch_start()
-        return await asyncio.shield(waiting)  # a client that leaves does not fail the others' wait
-
-    def _token_batch_start(self) -> None:
-        batch = dict(itertools.islice(self.tokens_waiting.items(), MAX_TOKEN_BATCH))
-        for token in batch:
-            del self.tokens_waiting[token]
-        try:
-            running = asyncio.get_running_loop().run_in_executor(self.executor, _fetch_call, list(batch))
-        except RuntimeError as exc:  # the pool is shutting down: the full path answers
-            logger.debug("front: tokens not fetched: %s", exc)
-            self._tokens_settled(batch, set())
-            return
-        self.token_batch = running
-        running.add_done_callback(lambda done: self._token_batch_done(batch, done))
-
-    def _token_batch_done(self, batch: dict[str, asyncio.Future], done: asyncio.Future) -> None:
-        self.token_batch = None
-        found: set[str] = set()
-        if not done.cancelled():
-            if done.exception() is not None:
-                logger.debug("front: tokens not fetched: %s", done.exception())
-            else:
-                found = done.result()
-        self._tokens_settled(batch, found)
-        if self.tokens_waiting:
-            self._token_batch_start()
-
-    @staticmethod
-    def _tokens_settled(batch: dict[str, asyncio.Future], found: set[str]) -> None:
-        for token, waiting in batch.items():
-            if not waiting.done():
-                waiting.set_result(token in found)
 
     async def answer_on_pool(self, request: FrontRequest, activity_id: int) -> Answer | None:
         """The purchase's view function (``seckill.apis.purchase_token_answer``) on the thread
@@ -389,7 +322,6 @@ class OnPool:
 
 
 ON_POOL = OnPool()
-DATABASE_NEEDED = OnPool()  # ... once the token is fetched, or again on the loop
 
 
 @contextlib.contextmanager
@@ -406,20 +338,18 @@ def _pool_turn() -> Iterator[None]:
         close_old_connections()
 
 
-def _fetch_call(tokens: list[str]) -> set[str]:
-    with _pool_turn():
-        return token_shoppers_fetch(tokens)
-
-
-def _view_call(request: FrontRequest, activity_id: int, database: bool = True) -> Answer | None:
-    """The view with the request id for its log lines; on a pool thread inside
-    ``_pool_turn``, on the event loop's thread (``database`` false, DatabaseNeeded where it
-    would query) as it is: that thread never holds a database connection."""
+def _view_call(request: FrontRequest, activity_id: int) -> Answer | None:
+    """The view on a pool thread, with the request id for its log lines, inside ``_pool_turn``."""
     request_id_var.set(request.request_id)
-    if not database:
-        return purchase_token_answer(request, activity_id=activity_id, database=False)
     with _pool_turn():
         return purchase_token_answer(request, activity_id=activity_id)
+
+
+def _view_inline(request: FrontRequest, activity_id: int) -> Answer | None:
+    """The view on the event loop's thread, with the request id for its log lines: that
+    thread never holds a Django database connection (the token lookup has the loop's own)."""
+    request_id_var.set(request.request_id)
+    return purchase_token_answer(request, activity_id=activity_id)
 
 
 def _api_token(scope) -> str | None:

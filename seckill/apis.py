@@ -165,13 +165,12 @@ class PurchaseApi(APIView):
 _purchase_drf = PurchaseApi.as_view()
 
 
-def purchase_token_answer(request, *, activity_id: int, database: bool = True) -> tuple[int, dict] | ApiError | None:
+def purchase_token_answer(request, *, activity_id: int) -> tuple[int, dict] | ApiError | None:
     """A token-authenticated JSON purchase (nearly the whole flood) without DRF's request
     machinery: (202, body), the refusal, or None when DRF's view must answer (anything
-    unusual). The URL's view and the server's front (config/front.py) both answer with it;
-    the front's event loop says ``database=False`` (DatabaseNeeded: run it where it may wait)."""
+    unusual). The URL's view and the server's front (config/front.py) both answer with it."""
     try:
-        admitted = token_purchase_admit(request, activity_id=activity_id, database=database)
+        admitted = token_purchase_admit(request, activity_id=activity_id)
         if admitted is None:
             return None
         return 202, purchase_queued(admitted)

@@ -15,7 +15,9 @@ it when created (signal), on a database lookup, and in bulk before a sale
 at once. A change that bypasses model signals (``QuerySet.update``) is seen after
 SECKILL_TOKEN_SHARED_TTL (default 6 h). Each entry carries an HMAC (a key derived from
 SECRET_KEY) over the token's digest and the user: an entry written by anyone else names
-nobody, and the database decides.
+nobody, and the database decides. On the server's event loop (stock.batching) the database
+look-up of the new shoppers of the moment is one statement on the loop's own connection
+(core.loop_database); anywhere else it is one per token on the thread's connection.
 
 A made-up token costs no query: the token filter (a Bloom filter of every token's digest,
 sized by ``token_cache_fill``, kept by the signals) refuses nearly all of them in the same
@@ -31,7 +33,7 @@ import hashlib
 import hmac
 import logging
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from typing import NoReturn
 
 from django.conf import settings
@@ -48,8 +50,10 @@ from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 
 from core.errors import ApiError
+from core.loop_database import loop_database
 from core.memory import ProcessMemory
 from inventory.services import prepared_cursor
+from stock.batching import fetch_batched, send_unwaited
 from stock.redis_client import cache_redis
 from stock.scripts import (
     GATE_OVER_FAILURES,
@@ -230,18 +234,12 @@ def _gate_lookup(key: str, failures: RateLimit | None, *, refused: bool = False)
         return None
 
 
-class DatabaseNeeded(Exception):
-    """Only the database knows this token, and the caller may not wait for it (the
-    server's front on its event loop). Nothing was written: ask again where it may."""
-
-
 def token_shopper_of_reply(
-    key: str, reply: GateReply | None, *, failures: RateLimit | None, database: bool = True
+    key: str, reply: GateReply | None, *, failures: RateLimit | None
 ) -> tuple[TokenShopper, bool]:
     """The shopper of a token the gate script looked up (``reply``; None: Redis away), and
     whether the reply is the token's own entry (its counts apply). The database answers
-    when the cache may hold the token but does not (or holds an entry nobody signed);
-    without ``database``, DatabaseNeeded is raised then (the script counted nothing).
+    when the cache may hold the token but does not (or holds an entry nobody signed).
     Raises AuthenticationFailed (401) or ApiError 429 (the address failed too often)."""
     if reply is not None:
         if reply.over == GATE_UNKNOWN_TOKEN:
@@ -253,50 +251,56 @@ def token_shopper_of_reply(
             if known is not None:
                 _remember_token(key, known)
                 return known, True
-    if not database:
-        raise DatabaseNeeded
     return _token_shopper_from_database(key, failures=failures, redis_up=reply is not None), False
 
 
 def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_up: bool) -> TokenShopper:
-    # One fixed-text statement, prepared once per connection: not an ORM query, and not
-    # parsed and planned again for every new shopper of a flood.
-    with prepared_cursor() as cursor:
-        cursor.execute(_token_user_sql(), [key])
-        row = cursor.fetchone()
+    """On the server's event loop (under stock.batching.run_batched) the token waits for the
+    loop's next lookup, with the other new shoppers of the moment (``_token_rows_fetched``);
+    anywhere else it is looked up on this thread's connection."""
+    waited, row = fetch_batched(_token_rows_fetched, key)
+    if not waited:
+        row = _token_row(key)
     if row is None:
         reply = _gate_lookup(key, failures, refused=True) if redis_up else None
         if reply is not None and reply.over == GATE_OVER_FAILURES:
             raise _too_many_failures(reply.ms_left)
         _refuse(key)
     known = TokenShopper(*row)
-    try:
-        token_shared_remember([(key, *row)])
-    except RedisError as exc:
-        logger.warning("shared token cache not written: %s", exc)
     _remember_token(key, known)
     return known
 
 
-def token_shoppers_from_database(keys: Collection[str]) -> dict[str, TokenShopper]:
-    """The shoppers of tokens the shared cache does not hold, in one statement, remembered
-    here and in the shared cache in one pipeline: what a batch of new shoppers costs, not
-    what each does. A token nobody has is left out; its refusal (and the failure it counts
-    against the address) is the full path's (``token_shopper_of_reply``)."""
-    if not keys:
-        return {}
+def _token_row(key: str) -> tuple[int, str] | None:
+    """(user id, username) of an active user's token, written to the shared cache; None."""
+    # One fixed-text statement, prepared once per connection: not an ORM query, and not
+    # parsed and planned again for every new shopper of a flood.
     with prepared_cursor() as cursor:
-        cursor.execute(_token_user_sql(many=True), [list(keys)])
-        rows = cursor.fetchall()
-    try:
-        token_shared_remember(rows)
-    except RedisError as exc:
-        logger.warning("shared token cache not written: %s", exc)
-    found = {}
-    for key, user_id, username in rows:
-        found[key] = known = TokenShopper(user_id, username)
-        _remember_token(key, known)
-    return found
+        cursor.execute(_token_user_sql(), [key])
+        row = cursor.fetchone()
+    if row is not None:
+        try:
+            token_shared_remember([(key, *row)])
+        except RedisError as exc:
+            logger.warning("shared token cache not written: %s", exc)
+    return row
+
+
+async def _token_rows_fetched(keys: list[str]) -> dict[str, tuple[int, str]]:
+    """The (user id, username) of the active users' tokens among ``keys``, in one statement
+    on the event loop's own connection (core.loop_database); their shared-cache entries go
+    with the loop's next pipeline, nobody waiting for them. The database away is Django's
+    OperationalError: the purchase answers 503 busy, as the full path's lookup would."""
+    rows = await loop_database.fetch_all(_token_user_sql(many=True), [keys])
+    if rows and not redis_away():
+        ttl = int(settings.SECKILL_TOKEN_SHARED_TTL)
+        send_unwaited(cache_redis(), [_shared_set(key, user_id, username, ttl) for key, user_id, username in rows])
+    return {key: (user_id, username) for key, user_id, username in rows}
+
+
+def _shared_set(key: str, user_id: int, username: str, ttl: int) -> tuple:
+    """The command that puts a token's entry in the shared cache."""
+    return ("SET", token_shared_key(key), _entry(key, user_id, username), "EX", ttl)
 
 
 def token_shared_remember(entries: Iterable[tuple[str, int, str]]) -> int:
@@ -306,7 +310,7 @@ def token_shared_remember(entries: Iterable[tuple[str, int, str]]) -> int:
     done = 0
     pipe = client.pipeline(transaction=False)
     for key, user_id, username in entries:
-        pipe.set(token_shared_key(key), _entry(key, user_id, username), ex=ttl)
+        pipe.execute_command(*_shared_set(key, user_id, username, ttl))
         done += 1
         if done % 1000 == 0:
             pipe.execute()

@@ -13,7 +13,7 @@ import ipaddress
 import json
 import logging
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,7 +27,7 @@ from stock.redis_client import stock_redis
 from stock.scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
 
 from .activities import activity_token_ensure
-from .authentication import token_known, token_lookup, token_shopper_of_reply, token_shoppers_from_database
+from .authentication import token_known, token_lookup, token_shopper_of_reply
 from .breaker import redis_away, redis_breaker
 from .captcha import captcha_consume
 from .limited import limited_for, limited_remember
@@ -337,7 +337,6 @@ def token_shopper_limited(
     token: str,
     before_count: BeforeCount | None,
     failures: RateLimit | None = None,
-    database: bool = True,
 ) -> int:
     """The user id of an API token, and (``before_count``: called with the user id first)
     the limits counted and checked, in one round trip for a shopper this process has not
@@ -352,7 +351,7 @@ def token_shopper_limited(
         return known.user_id
     count = before_count is not None and limits.any
     reply = _gate_call(limits, token=token, user_id=None, count=count, failures=failures)
-    shopper, counted = token_shopper_of_reply(token, reply, failures=failures, database=database)
+    shopper, counted = token_shopper_of_reply(token, reply, failures=failures)
     if before_count is not None:
         before_count(shopper.user_id)
     if not counted:
@@ -544,13 +543,14 @@ def purchase_remembered_refusal(request, *, activity_id: int, token: str, data) 
 
 
 def purchase_runs_inline(activity_id: int) -> bool:
-    """Whether a token purchase of this activity needs nothing but this process's memory
-    and two short Redis round trips (the shopper gate, the stock script), so the server's
-    front may run it on its event loop, which costs half the CPU of the hop to a thread.
-    Not when it may wait longer: on the database (the activity's eligibility rules ask for
-    the shopper's facts; the blacklist's copy is not in memory; a token only the database
-    knows raises DatabaseNeeded before anything is written) or on a Redis that erred in
-    this process lately (its timeout would hold every connection of the process)."""
+    """Whether a token purchase of this activity needs nothing but this process's memory,
+    two short Redis round trips (the shopper gate, the stock script) and, for a shopper
+    neither this process nor the shared cache knows, the loop's batched token lookup
+    (seckill.authentication), so the server's front may run it on its event loop, which
+    costs half the CPU of the hop to a thread. Not when it may wait on Django's database
+    connection (the activity's eligibility rules ask for the shopper's facts; the
+    blacklist's copy is not in memory) or on a Redis that erred in this process lately
+    (its timeout would hold every connection of the process)."""
     if not redis_breaker().quiet:
         return False
     _known, activity = activity_snapshot_remembered(activity_id)
@@ -559,14 +559,6 @@ def purchase_runs_inline(activity_id: int) -> bool:
     if activity.min_member_level or activity.min_account_age_days:
         return False
     return blacklist_remembered()
-
-
-def token_shoppers_fetch(tokens: Collection[str]) -> set[str]:
-    """The shoppers of tokens the shared cache does not hold (after DatabaseNeeded), from
-    the database into this process's memory and the shared cache, all in one statement;
-    returns the tokens found. One not found is the full path's to refuse (401, and the
-    failure counted against the address); the database's errors are raised."""
-    return set(token_shoppers_from_database(tokens))
 
 
 def known_shopper(user_id: int) -> Identify:
@@ -581,7 +573,7 @@ def known_shopper(user_id: int) -> Identify:
     return identify
 
 
-def token_purchase_admit(request, *, activity_id: int, database: bool = True) -> Admitted | None:
+def token_purchase_admit(request, *, activity_id: int) -> Admitted | None:
     """The checks for an API client (token auth, JSON body) without DRF's request
     machinery, which costs more than the checks themselves: a flash crowd is nearly all
     such requests, and most are answered "sold out" or "rate limited", which should cost
@@ -589,7 +581,6 @@ def token_purchase_admit(request, *, activity_id: int, database: bool = True) ->
 
     Anything unusual (session auth, a bad key, another content type, a body that is not
     JSON, an unknown activity) returns None: the DRF view answers it, with the same checks.
-    Without ``database``, DatabaseNeeded when only the database knows the token.
     """
     if request.method != "POST" or request.content_type != "application/json":
         return None
@@ -611,7 +602,7 @@ def token_purchase_admit(request, *, activity_id: int, database: bool = True) ->
 
     def identify(limits: TrafficLimits, before_count: BeforeCount | None) -> int:
         return token_shopper_limited(
-            limits, token=auth[1], before_count=before_count, failures=auth_failure_limit(request), database=database
+            limits, token=auth[1], before_count=before_count, failures=auth_failure_limit(request)
         )
 
     try:

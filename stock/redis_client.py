@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import NamedTuple, TypeAlias
 
+import hiredis
 import redis
 from django.conf import settings
 from django_redis import get_redis_connection
@@ -104,13 +105,31 @@ class _HeldConnection(redis.Redis):
         (``stock.batching``) then opened a connection of its own, with the loop stopped
         meanwhile. A command's error (``ResponseError``) is its reply; a connection error
         or a timeout is raised, the connection dropped (the next command connects again)."""
+        self.send_many(commands)
+        return self.read_many(commands)
+
+    def send_many(self, commands: Sequence[tuple[tuple, dict]]) -> None:
+        """The first half of ``execute_many``: the commands written, no reply read yet (the
+        event loop sends its batches to every client before it waits for any)."""
         self._stray_dropped()
         connection = self.connection
         if connection is None:  # only a client made without its single connection
             raise redis.ConnectionError("this client holds no connection")
+        packed = b"".join([_packed(connection, args) for args, _ in commands])
         with self.single_connection_lock:
             try:
-                connection.send_packed_command(connection.pack_commands([args for args, _ in commands]))
+                connection.send_packed_command([packed])
+            except BaseException:
+                connection.disconnect()  # a command may be half written: never reuse the socket
+                raise
+
+    def read_many(self, commands: Sequence[tuple[tuple, dict]]) -> list:
+        """The second half of ``execute_many``: the replies to ``commands``, sent just before."""
+        connection = self.connection
+        if connection is None:
+            raise redis.ConnectionError("this client holds no connection")
+        with self.single_connection_lock:
+            try:
                 replies: list = []
                 for args, options in commands:
                     try:
@@ -131,6 +150,21 @@ class _HeldConnection(redis.Redis):
                 stray = True
             if stray:
                 connection.disconnect()
+
+
+def _packed(connection, args: tuple) -> bytes:
+    """One command in Redis's protocol, by hiredis's packer: a C call, 4.9 µs for the
+    shopper gate's 21 arguments where redis-py's Python loop over them takes 13.7 µs
+    (timeit), and a purchase sends two to four. redis-py's own for what only it takes or
+    refuses: a command name of two words, which it splits, a bytearray; a bool or None,
+    which it refuses with its DataError."""
+    name = args[0]
+    if not (isinstance(name, str) and " " in name):
+        try:
+            return hiredis.pack_command(args)
+        except TypeError:
+            pass
+    return b"".join(connection.pack_command(*args))
 
 
 class _Held(NamedTuple):

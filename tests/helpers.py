@@ -380,13 +380,13 @@ def batch_sizes(monkeypatch) -> list[int]:
     from stock.redis_client import _HeldConnection
 
     sizes: list[int] = []
-    execute_many = _HeldConnection.execute_many
+    send_many = _HeldConnection.send_many
 
     def counted(client, commands):
         sizes.append(len(commands))
-        return execute_many(client, commands)
+        return send_many(client, commands)
 
-    monkeypatch.setattr(_HeldConnection, "execute_many", counted)
+    monkeypatch.setattr(_HeldConnection, "send_many", counted)
     return sizes
 
 

@@ -1,6 +1,7 @@
 """stock.batching: the Redis commands of the functions run together on an event loop go in
-one pipeline per loop turn; each function gets its own reply or error where it sent its
-command, and finishes even when the request that started it is gone."""
+one pipeline per loop turn, and their fetches (fetch_batched) in one call per batch; each
+function gets its own reply, value or error where it sent its command, and finishes even
+when the request that started it is gone."""
 
 import asyncio
 import gc
@@ -14,7 +15,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from stock.batching import run_batched
+from stock.batching import fetch_batched, run_batched, send_unwaited
 from stock.redis_client import cache_redis, thread_client
 from stock.scripts import LuaScript
 
@@ -115,7 +116,7 @@ class Refusal(Exception):
 def test_an_error_raised_after_the_caller_left_is_logged_unless_expected(caplog, raised, logged):
     """A purchase whose client left runs to its end (the test above); an error it raised then
     was dropped with nobody told. It is logged now, except those its caller would have
-    handled (the front's DatabaseNeeded: nothing to do with nobody waiting)."""
+    handled (the front's SynchronousOnlyOperation: nothing to do with nobody waiting)."""
     key = _key("orphan")
 
     def fails_after_a_command():
@@ -169,8 +170,8 @@ class Refused(Exception):
 
 
 def test_a_function_that_raises_after_a_command_leaves_no_garbage_cycle():
-    """A function on the loop that stops with an error after its command (a new shopper
-    only the database knows: DatabaseNeeded) leaves nothing for the cyclic collector. Its
+    """A function on the loop that stops with an error after its command (a token nobody
+    has: AuthenticationFailed) leaves nothing for the cyclic collector. Its
     traceback held the frames that held the future holding it: a flood of new shoppers
     left thousands of frames for every full collection to find, each one a pause of
     every request on the loop."""
@@ -262,3 +263,124 @@ def test_a_new_connection_does_not_look_the_client_library_up_in_the_package_met
         finally:
             connection.disconnect()
     assert looked_up == []
+
+
+def test_functions_waiting_on_one_fetch_share_its_calls_one_at_a_time(batches):
+    """The items of the functions that reach a fetch in one loop turn go in one call of
+    it; those that come while it runs wait and go together in the next. Each function gets
+    its own value (None: the fetch had none for its item), two asking for the same item
+    share it, and each goes on to its next command."""
+    calls: list[list[int]] = []
+    key = _key("fetched")
+
+    async def main():
+        second_wave_waiting = asyncio.Event()
+
+        async def fetch(items: list[int]) -> dict[int, int]:
+            calls.append(sorted(items))
+            if len(calls) == 1:
+                await second_wave_waiting.wait()
+            return {item: item * 10 for item in items if item != 3}
+
+        def buy(item: int):
+            waited, value = fetch_batched(fetch, item)
+            assert waited
+            return value, cache_redis().incr(key) > 0
+
+        first = [asyncio.ensure_future(run_batched(buy, item)) for item in (1, 2, 3, 3)]
+        while not calls:  # the first wave's call is running
+            await asyncio.sleep(0)
+        second = [asyncio.ensure_future(run_batched(buy, item)) for item in (4, 5)]
+        while sum(len(each) for each in _fetches_waiting(fetch)) < 2:
+            await asyncio.sleep(0)
+        second_wave_waiting.set()
+        return await asyncio.gather(*first, *second)
+
+    answers = asyncio.run(main())
+    assert answers == [(10, True), (20, True), (None, True), (None, True), (40, True), (50, True)]
+    assert calls == [[1, 2, 3], [4, 5]], "one call per wave, an item asked for twice fetched once"
+    assert cache_redis().get(key) == b"6"
+
+
+def _fetches_waiting(fetch) -> list[list]:
+    """The functions waiting for ``fetch``'s next call on the running loop."""
+    from stock.batching import _turn
+
+    waiting = _turn().fetches.get(fetch)
+    return list(waiting.waiting.values()) if waiting is not None else []
+
+
+def test_a_fetchs_error_is_every_waiters_and_the_next_call_goes_on():
+    calls = 0
+
+    async def fetch(items: list[str]) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise Refused("the source is away")
+        return {item: item.upper() for item in items}
+
+    def look_up(item: str):
+        try:
+            return fetch_batched(fetch, item)[1]
+        except Refused as exc:
+            return str(exc)
+
+    async def twice():
+        first = await asyncio.gather(*(run_batched(look_up, item) for item in "ab"))
+        return first, await asyncio.gather(*(run_batched(look_up, item) for item in "ab"))
+
+    assert asyncio.run(twice()) == (["the source is away"] * 2, ["A", "B"])
+
+
+def test_outside_a_batched_function_a_fetch_is_not_waited_for():
+    async def fetch(items):  # pragma: no cover - never called
+        raise AssertionError
+
+    assert fetch_batched(fetch, "x") == (False, None)
+
+
+def test_unwaited_commands_go_with_the_turns_pipeline_and_their_errors_are_logged(batches, caplog):
+    written, text = _key("unwaited"), _key("text")
+    cache_redis().set(text, "not a number")
+
+    async def write_then_read():
+        send_unwaited(cache_redis(), [("SET", written, "1"), ("INCR", text)])
+        return await run_batched(lambda: cache_redis().get(written))
+
+    with caplog.at_level(logging.WARNING, logger="stock.batching"):
+        assert asyncio.run(write_then_read()) == b"1"
+    assert batches == [3], "the two writes went with the function's command"
+    assert [r.getMessage() for r in caplog.records if r.name == "stock.batching"] == [
+        "a command nobody waited for failed: ResponseError: value is not an integer or out of range"
+    ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("EVALSHA", "a" * 40, 4, "auth:token:x", "auth:refused:x", "auth:filter", "-", "", "1", 10, 60, -1, 1.5),
+        ("SET", "key:é", b"\x00\xffbytes", "EX", 21600),
+    ],
+)
+def test_a_batch_is_packed_as_redis_py_packs_it(args):
+    from stock.redis_client import _packed
+
+    connection = cache_redis().connection
+    assert _packed(connection, args) == b"".join(connection.pack_command(*args))
+
+
+def test_what_only_redis_py_takes_or_refuses_goes_through_redis_py(batches):
+    """A command name of two words (redis-py splits it), a bytearray (redis-py takes it);
+    a bool is refused with redis-py's DataError, before anything is sent."""
+    key = _key("bytearray")
+
+    def commands():
+        client = cache_redis()
+        client.set(key, bytearray(b"ok"))
+        with pytest.raises(redis.DataError):
+            client.set(key, True)
+        return client.config_get("maxmemory"), client.get(key)
+
+    config, value = asyncio.run(run_batched(commands))
+    assert "maxmemory" in config and value == b"ok"

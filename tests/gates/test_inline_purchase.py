@@ -1,18 +1,23 @@
-"""The server's front runs a token purchase on its event loop when it needs only memory and
-two short Redis round trips (seckill.gates.purchase_runs_inline), and on the thread pool
-otherwise. Either way the answer is the full path's, every 202 becomes an order, and a
-purchase the loop hands to the pool half-way is counted against the limits once."""
+"""The server's front runs a token purchase on its event loop when it needs only memory, two
+short Redis round trips and, for a new shopper, the loop's batched token lookup
+(seckill.gates.purchase_runs_inline), and on the thread pool otherwise. Either way the
+answer is the full path's, every 202 becomes an order, and a purchase is counted against
+the limits once."""
 
 import asyncio
 import concurrent.futures
+import contextlib
 import gc
 import json
+import socket
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.db import connections
 
 from config.asgi import application as front
+from core.loop_database import loop_database_reset
 from orders.models import Order
 from seckill.activities import activity_token_ensure
 from seckill.authentication import token_cache_clear, token_shared_remember
@@ -49,13 +54,12 @@ class CountingPool(concurrent.futures.Executor):
     """The front's thread pool, counting the purchases it runs."""
 
     def __init__(self, inner):
-        self.inner, self.views, self.fetches, self.calls = inner, 0, 0, Counter()
+        self.inner, self.views, self.calls = inner, 0, Counter()
 
     def submit(self, fn, /, *args, **kwargs):
         name = getattr(fn, "__name__", "")
         self.calls[name] += 1
         self.views += name == "_view_call"
-        self.fetches += name == "_fetch_call"
         return self.inner.submit(fn, *args, **kwargs)
 
 
@@ -65,6 +69,22 @@ def pool():
     front.executor = counting = CountingPool(inner)
     yield counting
     front.executor = inner
+
+
+@pytest.fixture
+def lookups(monkeypatch) -> list[int]:
+    """The number of tokens of each statement the loop's token lookup sends, in order."""
+    from core.loop_database import loop_database
+
+    sizes: list[int] = []
+    fetch_all = loop_database.fetch_all
+
+    async def counted(sql, params):
+        sizes.append(len(params[0]))
+        return await fetch_all(sql, params)
+
+    monkeypatch.setattr(loop_database, "fetch_all", counted)
+    return sizes
 
 
 @pytest.fixture(autouse=True)
@@ -219,29 +239,32 @@ def test_purchases_answered_together_on_the_loop_share_their_redis_round_trips(p
     assert_identity(activity)
 
 
-def test_a_token_only_the_database_knows_is_fetched_on_the_pool_and_counted_once(pool):
+def test_a_token_only_the_database_knows_is_looked_up_on_the_loop_and_counted_once(pool, lookups):
+    """A new shopper the shared cache does not hold waits on the loop for its token's
+    lookup, then buys: no hop to a thread (each was one, and the purchase ran twice on the
+    loop, the hop and the second run costing as much as the purchase)."""
     activity = make_activity(stock=5)
     Activity.objects.filter(pk=activity.pk).update(rate_per_user="1/m")
     activity_snapshot_forget(activity.pk)
     (user,) = make_users(1, prefix="inlinedb")
     _remembered(activity)
     answer = _buy(front, activity, user)
-    # Counted twice (once on the loop, once on the pool), the one request allowed a
-    # minute would be over its limit: 429.
+    # Counted twice, the one request allowed a minute would be over its limit: 429.
     assert answer["status"] == 202, answer["json"]
-    assert (pool.fetches, pool.views) == (1, 0), "the token fetched on the pool, the purchase run on the loop"
+    assert pool.views == 0 and pool.calls["_fetch_call"] == 0, f"no hop to a thread: {pool.calls}"
+    assert lookups == [1], "the token looked up on the loop's connection"
     reservations_drain(activity_id=activity.pk)
     assert list(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == [user.pk]
     again = _buy(front, activity, user)
-    assert (pool.fetches, pool.views) == (1, 0), "the token is remembered now"
+    assert lookups == [1] and pool.views == 0, "the token is remembered now"
     assert again["status"] in (409, 429)
 
 
-def test_new_shoppers_arriving_together_are_fetched_from_the_database_in_one_batch(pool):
-    """A flood of shoppers the shared cache does not hold: the first token is fetched at
-    once, and the ones that come while it is on the pool wait and go together (one hop,
-    one statement, one write to the shared cache), not one hop each. Every one buys on
-    the loop, its 202 becomes its order, and the next process finds it in the shared cache."""
+def test_new_shoppers_arriving_together_are_looked_up_in_one_statement(pool, lookups):
+    """A flood of shoppers the shared cache does not hold: the tokens of the purchases that
+    reach the lookup in one turn of the loop go in one statement (and one write to the
+    shared cache), not one each; the first no longer goes alone. Every one buys on the
+    loop, its 202 becomes its order, and the next process finds it in the shared cache."""
     activity = make_activity(stock=40)
     users = make_users(30, prefix="batchdb")
     _remembered(activity)
@@ -250,23 +273,22 @@ def test_new_shoppers_arriving_together_are_fetched_from_the_database_in_one_bat
 
     answers = _buy_together(activity, shoppers, token)
     assert [a["status"] for a in answers] == [202] * len(users), [a["body"] for a in answers]
-    # Every request reaches its fetch before the first batch comes back to the loop.
-    assert pool.fetches == 2, "the first token alone, the other 29 in one batch"
-    assert pool.views == 0, "every purchase ran on the event loop"
+    assert lookups == [30], "every token in one statement"
+    assert pool.views == 0 and pool.calls["_fetch_call"] == 0, f"every purchase ran on the event loop: {pool.calls}"
     reservations_drain(activity_id=activity.pk)
     assert set(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == {u.pk for u in users}
     assert_identity(activity)
     token_cache_clear()  # this process forgets them: the shared cache still knows them
     again = _buy(front, activity, users[0])
     assert again["json"]["code"] == "duplicate"
-    assert pool.fetches == 2, "found in the shared cache"
+    assert lookups == [30], "found in the shared cache"
 
 
-def test_new_shoppers_bought_on_the_loop_leave_no_garbage_cycles(pool):
-    """Each new shopper's first pass on the loop stops at DatabaseNeeded; that error's
-    traceback must not keep its frames alive in a cycle. It did: 49 objects per shopper,
-    thousands a second in a flood, for every full collection to find while every request
-    on the loop waited (the purchases' p99)."""
+def test_new_shoppers_bought_on_the_loop_leave_no_garbage_cycles(pool, lookups):
+    """Each new shopper's purchase on the loop waits for its token's lookup; nothing of
+    that wait may keep frames alive in a cycle. An earlier design's error per new shopper
+    did: 49 objects per shopper, thousands a second in a flood, for every full collection
+    to find while every request on the loop waited (the purchases' p99)."""
     activity = make_activity(stock=120)
     users = make_users(110, prefix="nocycle")
     _remembered(activity)
@@ -287,10 +309,48 @@ def test_new_shoppers_bought_on_the_loop_leave_no_garbage_cycles(pool):
             gc.enable()
 
     found = asyncio.run(flood())
-    assert pool.fetches >= 2 and pool.views == 0, "fetched from the database, bought on the loop"
+    assert len(lookups) >= 2 and pool.views == 0, "looked up and bought on the loop"
     assert found < 500, f"{found} objects in garbage cycles after 100 new shoppers"  # was 4,948
     reservations_drain(activity_id=activity.pk)
     assert_identity(activity)
+
+
+def test_a_new_shopper_with_the_database_away_is_answered_busy_and_counted_nowhere(pool, lookups):
+    """The loop's lookup meets a database that is away: 503 busy, as the full path answers
+    a query that fails, and nothing was counted (the gate looked the token up only), so the
+    shopper's one request a minute is still theirs once the database is back."""
+    activity = make_activity(stock=5)
+    Activity.objects.filter(pk=activity.pk).update(rate_per_user="1/m")
+    activity_snapshot_forget(activity.pk)
+    (user,) = make_users(1, prefix="dbaway")
+    _remembered(activity)
+    with _database_away():
+        answer = _buy(front, activity, user)
+    assert answer["status"] == 503 and answer["json"]["code"] == "busy", answer["json"]
+    assert answer["headers"]["retry-after"] == ["2"]
+    assert pool.views == 0, "answered on the loop"
+    loop_database_reset()  # as its retry time ends
+    again = _buy(front, activity, user)
+    assert again["status"] == 202, again["json"]
+    reservations_drain(activity_id=activity.pk)
+    assert_identity(activity)
+
+
+@contextlib.contextmanager
+def _database_away():
+    """Django's settings of the database point at a port nothing listens on: what a new
+    connection meets when the database is down (the connections already made are left)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    settings_dict = connections["default"].settings_dict
+    real = settings_dict["PORT"], settings_dict["HOST"]
+    settings_dict["PORT"], settings_dict["HOST"] = port, "127.0.0.1"
+    loop_database_reset()  # its connection made anew, to the port of no one
+    try:
+        yield
+    finally:
+        settings_dict["PORT"], settings_dict["HOST"] = real
 
 
 def test_a_token_nobody_has_is_answered_by_the_full_path(pool):

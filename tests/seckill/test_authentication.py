@@ -1,6 +1,7 @@
 """The cached authentication of the JSON API (seckill/authentication.py), the bare ping
 view the benchmarks measure against, and the bench-only endpoint staying unmounted."""
 
+import asyncio
 import gc
 import io
 
@@ -10,17 +11,20 @@ from django.core.management import call_command
 from django.middleware.csrf import _get_new_csrf_string, _mask_cipher_secret
 from django.test import override_settings
 from rest_framework.authtoken.models import Token
+from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.test import APIClient
 
+from core.loop_database import loop_database
 from seckill.activities import activity_token_ensure
 from seckill.authentication import (
     SHARED_PREFIX,
     token_cache_clear,
     token_known,
     token_shared_key,
-    token_shoppers_from_database,
+    token_shopper,
 )
 from seckill.selectors import gate_redis
+from stock.batching import run_batched
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
@@ -173,11 +177,11 @@ def test_the_shoppers_this_process_remembers_are_out_of_the_garbage_collectors_s
     users = make_users(400, prefix="untracked")
     keys = dict(Token.objects.filter(user__in=users).values_list("user_id", "key"))
     warm = [keys[user.pk] for user in users[:10]]  # the statement prepared, the connections made
-    token_shoppers_from_database(warm)
-    assert [token_known(key).user_id for key in warm] == [user.pk for user in users[:10]]
+    assert [token_shopper(key).user_id for key in warm] == [user.pk for user in users[:10]]
     gc.collect()
     tracked_before = len(gc.get_objects())
-    token_shoppers_from_database([keys[user.pk] for user in users[10:]])
+    for user in users[10:]:
+        token_shopper(keys[user.pk])
     assert all(token_known(keys[user.pk]).user_id == user.pk for user in users[10:])
     gc.collect()
     assert len(gc.get_objects()) - tracked_before < 39  # not one per shopper remembered
@@ -198,19 +202,39 @@ def test_token_cache_fill_shares_every_active_users_token_and_no_other(django_as
     assert _result_as(token_of(users[2]), activity) == 401
 
 
-def test_a_batch_of_tokens_is_one_query_and_shares_only_the_active_users_it_found(django_assert_max_num_queries):
+@pytest.mark.django_db(transaction=True)  # the loop's own connection sees what is committed
+def test_new_shoppers_on_the_event_loop_are_one_statement_and_only_the_active_are_shared(monkeypatch):
+    """Under stock.batching.run_batched (the server's front) the tokens the shared cache
+    does not hold wait for one statement on the loop's own connection; what it finds is
+    remembered and shared, a token nobody has and an inactive user's are refused."""
     users = make_users(3, prefix="batch-fetch")
     get_user_model().objects.filter(pk=users[2].pk).update(is_active=False)
     keys = [token_of(user) for user in users]
     nobody = "0" * 40
-    with django_assert_max_num_queries(1):
-        found = token_shoppers_from_database([*keys, nobody])
-    assert {key: shopper.user_id for key, shopper in found.items()} == {keys[0]: users[0].pk, keys[1]: users[1].pk}
+    statements: list[list[str]] = []
+    fetch_all = loop_database.fetch_all
+
+    async def counted(sql, params):
+        statements.append(sorted(params[0]))
+        return await fetch_all(sql, params)
+
+    monkeypatch.setattr(loop_database, "fetch_all", counted)
+
+    def shopper(key: str) -> int | str:
+        try:
+            return token_shopper(key).user_id
+        except AuthenticationFailed:
+            return "refused"
+
+    async def together():
+        return await asyncio.gather(*(run_batched(shopper, key) for key in [*keys, nobody]))
+
+    assert asyncio.run(together()) == [users[0].pk, users[1].pk, "refused", "refused"]
+    assert statements == [sorted([*keys, nobody])], "one statement for the four"
     shared = {key.decode() for key in gate_redis().keys(f"{SHARED_PREFIX}*")}
     assert shared == {token_shared_key(key) for key in keys[:2]}
     token_cache_clear()  # another process: the shared cache answers, no query
     activity = make_activity(stock=1)
-    with django_assert_max_num_queries(3) as queries:
-        assert _result_as(keys[0], activity) == 200
-    assert not _token_queries(queries)
+    assert _result_as(keys[0], activity) == 200
+    assert statements == [sorted([*keys, nobody])]
     assert _result_as(keys[2], activity) == _result_as(nobody, activity) == 401

@@ -1,0 +1,77 @@
+"""core.loop_database: the event loop's own connection to the real PostgreSQL the tests run
+on. A statement is prepared once, a connection the server closed is replaced without
+failing the read, and a database that is away is Django's OperationalError at once."""
+
+import asyncio
+import socket
+
+import pytest
+from django.db import OperationalError, connection, connections
+
+from core.loop_database import LoopDatabase
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def database():
+    loop_database = LoopDatabase()
+    yield loop_database
+    loop_database.close_all()
+
+
+def test_a_statement_is_prepared_once_on_the_loops_connection(database):
+    async def twice():
+        first = await database.fetch_all("SELECT %s::int + 1", [1])
+        second = await database.fetch_all("SELECT %s::int + 1", [41])
+        prepared = await database.fetch_all(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["SELECT $1::int + 1%"]
+        )
+        return first, second, prepared
+
+    assert asyncio.run(twice()) == ([(2,)], [(42,)], [(1,)])
+
+
+def test_a_connection_the_server_closed_is_replaced_and_the_read_goes_on(database):
+    """A database that restarted closes every connection: the loop's next lookup is made on
+    a new one instead of failing the purchases of a whole batch."""
+
+    def terminated(pid: int) -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            return cursor.fetchone()[0]
+
+    async def across_a_restart():
+        (before,) = await database.fetch_all("SELECT pg_backend_pid()", [])
+        assert await asyncio.to_thread(terminated, before[0])
+        (after,) = await database.fetch_all("SELECT pg_backend_pid()", [])
+        return before[0], after[0]
+
+    before, after = asyncio.run(across_a_restart())
+    assert before != after
+
+
+def test_a_database_away_is_an_operational_error_and_not_tried_again_at_once(database):
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    settings_dict = connections["default"].settings_dict
+    real = settings_dict["PORT"], settings_dict["HOST"]
+    settings_dict["PORT"], settings_dict["HOST"] = port, "127.0.0.1"
+    try:
+
+        async def twice():
+            errors = []
+            for _ in range(2):
+                with pytest.raises(OperationalError) as caught:
+                    await database.fetch_all("SELECT 1", [])
+                errors.append(str(caught.value))
+            return errors
+
+        first, second = asyncio.run(twice())
+    finally:
+        settings_dict["PORT"], settings_dict["HOST"] = real
+    assert "could not be made" in first
+    assert "moments ago" in second, "the second call did not wait for the same timeout"
+    database.close_all()  # as the retry time ends
+    assert asyncio.run(database.fetch_all("SELECT 1", [])) == [(1,)], "back once the database is"
