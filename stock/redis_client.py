@@ -97,20 +97,15 @@ class _HeldConnection(redis.Redis):
         self._stray_dropped()
         return super().execute_command(*args, **options)
 
-    def execute_many(self, commands: Sequence[tuple[tuple, dict]]) -> list:
-        """``commands`` ((args, options) each) sent in one write on this client's own
-        connection, their replies read in order: a pipeline's round trip without a
+    def send_many(self, commands: Sequence[tuple[tuple, dict]]) -> None:
+        """``commands`` ((args, options) each) written in one go on this client's own
+        connection, no reply read yet (``read_many`` reads them; the event loop writes its
+        batch to every client before it waits for any): a pipeline's round trip without a
         pipeline's connection. A pipeline takes one from the pool and gives it back, and a
         pool thread that starts takes that one for its life: the event loop's next batch
         (``stock.batching``) then opened a connection of its own, with the loop stopped
-        meanwhile. A command's error (``ResponseError``) is its reply; a connection error
-        or a timeout is raised, the connection dropped (the next command connects again)."""
-        self.send_many(commands)
-        return self.read_many(commands)
-
-    def send_many(self, commands: Sequence[tuple[tuple, dict]]) -> None:
-        """The first half of ``execute_many``: the commands written, no reply read yet (the
-        event loop sends its batches to every client before it waits for any)."""
+        meanwhile. A connection error or a timeout is raised, the connection dropped (the
+        next command connects again)."""
         self._stray_dropped()
         connection = self.connection
         if connection is None:  # only a client made without its single connection
@@ -124,7 +119,9 @@ class _HeldConnection(redis.Redis):
                 raise
 
     def read_many(self, commands: Sequence[tuple[tuple, dict]]) -> list:
-        """The second half of ``execute_many``: the replies to ``commands``, sent just before."""
+        """The replies to ``commands``, written by ``send_many`` just before, in order: a
+        command's error (``ResponseError``) is its reply; a connection error or a timeout is
+        raised, the connection dropped."""
         connection = self.connection
         if connection is None:
             raise redis.ConnectionError("this client holds no connection")
