@@ -85,9 +85,21 @@ def _pg_run_as() -> dict:
     PG_DATA.mkdir(parents=True, exist_ok=True)
     utils.ensure_prefix_permissions(PG_DATA)
     entry = pwd.getpwnam(PG_USER_FOR_ROOT)
-    for path in (PG_DATA, *PG_DATA.rglob("*")):
-        os.chown(path, entry.pw_uid, entry.pw_gid)
+    _tree_chown(PG_DATA, entry.pw_uid, entry.pw_gid)
     return {"user": PG_USER_FOR_ROOT}
+
+
+def _tree_chown(top: Path, uid: int, gid: int) -> None:
+    """``top`` and everything under it owned by ``uid``:``gid``. The server may be running
+    (this runs before a stop too) and removes files of its own as it goes (its relation
+    cache, its pid file): a path gone between the listing and its chown is skipped."""
+    os.chown(top, uid, gid)
+    for folder, folders, files in os.walk(top):  # a folder that vanishes is left out, silently
+        for name in (*folders, *files):
+            try:
+                os.chown(os.path.join(folder, name), uid, gid)
+            except FileNotFoundError:
+                continue
 
 
 def _pg_running_port() -> int | None:

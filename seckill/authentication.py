@@ -257,10 +257,14 @@ def token_shopper_of_reply(
 def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_up: bool) -> TokenShopper:
     """On the server's event loop (under stock.batching.run_batched) the token waits for the
     loop's next lookup, with the other new shoppers of the moment (``_token_rows_fetched``);
-    anywhere else it is looked up on this thread's connection."""
-    waited, row = fetch_batched(_token_rows_fetched, key)
-    if not waited:
-        row = _token_row(key)
+    anywhere else it is looked up on this thread's connection. A key no token can have is
+    not looked up: in a statement shared with other shoppers, a text PostgreSQL refuses (a
+    NUL) would fail all of theirs."""
+    row: tuple[int, str] | None = None
+    if _may_be_a_token(key):
+        waited, row = fetch_batched(_token_rows_fetched, key)
+        if not waited:
+            row = _token_row(key)
     if row is None:
         reply = _gate_lookup(key, failures, refused=True) if redis_up else None
         if reply is not None and reply.over == GATE_OVER_FAILURES:
@@ -269,6 +273,15 @@ def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_
     known = TokenShopper(*row)
     _remember_token(key, known)
     return known
+
+
+_TOKEN_KEY_LENGTH = Token._meta.get_field("key").max_length or 40
+
+
+def _may_be_a_token(key: str) -> bool:
+    # A key no token can have never reaches the shared statement: PostgreSQL refuses a NUL
+    # in text, and that error would fail the lookup of every shopper batched with it.
+    return len(key) <= _TOKEN_KEY_LENGTH and "\x00" not in key
 
 
 def _token_row(key: str) -> tuple[int, str] | None:

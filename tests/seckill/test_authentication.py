@@ -238,3 +238,32 @@ def test_new_shoppers_on_the_event_loop_are_one_statement_and_only_the_active_ar
     assert _result_as(keys[0], activity) == 200
     assert statements == [sorted([*keys, nobody])]
     assert _result_as(keys[2], activity) == _result_as(nobody, activity) == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_no_token_can_have_is_refused_without_failing_the_others_lookup(monkeypatch):
+    """Where the token filter lets every token through (none built yet), a key with a NUL
+    or longer than any token reached the shared statement, which PostgreSQL then refused
+    whole: every new shopper of that loop turn would have been answered 500."""
+    (user,) = make_users(1, prefix="nul-key")
+    key = token_of(user)
+    statements: list[list[str]] = []
+    fetch_all = loop_database.fetch_all
+
+    async def counted(sql, params):
+        statements.append(params[0])
+        return await fetch_all(sql, params)
+
+    monkeypatch.setattr(loop_database, "fetch_all", counted)
+
+    def shopper(candidate: str) -> int | str:
+        try:
+            return token_shopper(candidate).user_id
+        except AuthenticationFailed:
+            return "refused"
+
+    async def together():
+        return await asyncio.gather(*(run_batched(shopper, k) for k in [key, "bad\x00key", "y" * 41]))
+
+    assert asyncio.run(together()) == [user.pk, "refused", "refused"]
+    assert statements == [[key]]
