@@ -75,7 +75,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--cold-shoppers",
         type=int,
-        default=60_000,
+        default=100_000,
         help="more shoppers whose tokens are in PostgreSQL only (the shared cache filled, then"
         " their entries removed): the purchase run with tokens not cached; 0 skips it",
     )
