@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from . import stack
+from .wrkrun import ensure_wrk
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SCENARIOS = (
@@ -132,15 +133,6 @@ def machine_facts() -> dict:
     }
 
 
-def ensure_wrk() -> None:
-    if subprocess.run(["which", "wrk"], capture_output=True).returncode == 0:
-        return
-    say("wrk is missing: installing Debian's wrk (apt-get install -y wrk)…")
-    if subprocess.run(["apt-get", "install", "-y", "wrk"], capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update"], capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", "wrk"], check=True, capture_output=True)
-
-
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.quick:
@@ -156,7 +148,7 @@ def main(argv: list[str]) -> int:
         print(f"unknown scenario(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     connections = [int(c) for c in (args.connections or "50,200").split(",")]
-    ensure_wrk()
+    ensure_wrk(say)
 
     run_started = time.monotonic()
     say("starting the embedded servers (if needed) and a fresh bench database…")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +55,16 @@ class WrkResult:
         return ""
 
 
+def ensure_wrk(say: Callable[[str], None] = print) -> None:
+    """Install Debian's wrk when it is missing, so every bench entry point runs on a new machine."""
+    if shutil.which("wrk"):
+        return
+    say("wrk is missing: installing Debian's wrk (apt-get install -y wrk)…")
+    if subprocess.run(["apt-get", "install", "-y", "wrk"], capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update"], capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "wrk"], check=True, capture_output=True)
+
+
 def wrk_run(
     *,
     base: str,
@@ -67,6 +79,7 @@ def wrk_run(
     server_pids: list[int] | None = None,
     timeout_s: int = 5,
 ) -> WrkResult:
+    ensure_wrk()
     done_dir = tempfile.mkdtemp(prefix="wrk-done-")
     argv = [
         "wrk",
