@@ -8,7 +8,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from stock.redis_client import reset_stock_redis, stock_redis, thread_client
+from stock.redis_client import no_retries, reset_stock_redis, stock_redis, thread_client
 
 # A Redis Cluster's client is one per process by design (a pool per node).
 pytestmark = pytest.mark.skipif(settings.SECKILL_REDIS_CLUSTER, reason="the stock Redis is a Cluster")
@@ -38,7 +38,8 @@ def test_a_new_pool_replaces_the_threads_client():
 
 
 def test_with_redis_away_the_command_fails_not_the_lookup():
-    away = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
+    # The project's retry policy (none): redis-py's default backs off for seconds first.
+    away = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1, retry=no_retries())
     client = thread_client("test-away", "away", lambda: away)
     assert client is away, "the pooled client, whose command raises where its caller expects"
     with pytest.raises(redis.ConnectionError):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .checker import Outcome, check, read_history
 from .procs import BIN, Proc, wait_until
-from .stack import CLUSTER, REDIS_PORT, Stack
+from .stack import CLUSTER, Stack
 
 
 @dataclass
@@ -57,11 +57,10 @@ def _kill_slot_primary(stack: Stack, ctx: dict) -> str:
     then the primary is SIGKILLed and the link healed: the replica is promoted without the
     writes it missed. (A SIGSTOPped replica would not do: the kernel keeps receiving its
     stream for it.)"""
-    import redis
 
     key = f"seckill:{{a{ctx['activity']}}}:stock"
     host = stack.cluster_primary_of(key)
-    info = redis.Redis(host=stack.addr(host), port=REDIS_PORT, socket_timeout=2).info("replication")
+    info = stack.redis_probe(host, timeout=2).info("replication")
     replica_address = info["slave0"]["ip"] if isinstance(info.get("slave0"), dict) else ""
     replica = next((h for h in CLUSTER if stack.addr(h) == replica_address), "")
     ctx["killed"] = host
@@ -214,7 +213,7 @@ def redis_calls(stack: Stack) -> dict[str, int]:
     totals = {"cluster": 0, "cache": 0, "broker": 0}
     for host in ("cache", "broker", *CLUSTER):
         try:
-            client = redis.Redis(host=stack.addr(host), port=REDIS_PORT, socket_timeout=2)
+            client = stack.redis_probe(host, timeout=2)
             if host in CLUSTER and client.info("replication").get("role") != "master":
                 continue
             stats = client.info("commandstats")

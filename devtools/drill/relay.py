@@ -107,11 +107,15 @@ def _serve(conn: socket.socket, upstream: tuple[str, int]) -> None:
     _close(far)
 
 
-def _listen(listen: tuple[str, int], upstream: tuple[str, int]) -> None:
+def _listening(listen: tuple[str, int]) -> socket.socket:
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(listen)
     server.listen(4096)
+    return server
+
+
+def _accept(server: socket.socket, upstream: tuple[str, int]) -> None:
     while True:
         conn, _ = server.accept()
         threading.Thread(target=_serve, args=(conn, upstream), daemon=True).start()
@@ -126,9 +130,11 @@ def main(argv: list[str]) -> None:
     delay_file, pairs = Path(argv[0]), argv[1:]
     _read_delay(delay_file)
     signal.signal(signal.SIGHUP, lambda *_: _read_delay(delay_file))
-    for pair in pairs:
-        listen, upstream = pair.split("=")
-        threading.Thread(target=_listen, args=(_address(listen), _address(upstream)), daemon=True).start()
+    # Every address listens before the line that says the relay is ready (its readers
+    # connect at once), and one that cannot be bound ends the relay before that line.
+    servers = [(_listening(_address(listen)), _address(upstream)) for listen, upstream in (p.split("=") for p in pairs)]
+    for server, upstream in servers:
+        threading.Thread(target=_accept, args=(server, upstream), daemon=True).start()
     print(f"relay: {' '.join(pairs)}, {_delay_s * 1000:g} ms each way", flush=True)
     while True:  # SIGTERM's default action ends it
         signal.pause()

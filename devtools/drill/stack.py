@@ -30,9 +30,13 @@ import subprocess
 import time
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .net import Network
 from .procs import BIN, Proc, port_open, wait_until
+
+if TYPE_CHECKING:
+    import redis
 
 HOSTS = {
     "client": 10,
@@ -268,11 +272,20 @@ class Stack:
         wait_until(lambda: self.redis_answers(name), timeout=60, what=f"redis {name}")
         return proc
 
+    def redis_probe(self, host: str, timeout: float = 1.0) -> redis.Redis:
+        """A client of one of the drill's Redis servers that asks once: with redis-py's
+        default retries (10, backing off) a probe of a killed or cut-off node took seconds."""
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        return redis.Redis(host=self.addr(host), port=REDIS_PORT, socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+
     def redis_answers(self, name: str) -> bool:
         import redis
 
         try:
-            return bool(redis.Redis(host=self.addr(name), port=REDIS_PORT, socket_timeout=1).ping())
+            return bool(self.redis_probe(name).ping())
         except redis.RedisError:
             return False
 
@@ -289,12 +302,7 @@ class Stack:
 
         for host in CLUSTER:
             try:
-                if (
-                    redis.Redis(host=self.addr(host), port=REDIS_PORT, socket_timeout=1)
-                    .cluster("INFO")
-                    .get("cluster_state")
-                    != "ok"
-                ):
+                if self.redis_probe(host).cluster("INFO").get("cluster_state") != "ok":
                     return False
             except redis.RedisError:
                 if self.procs[host].alive():
@@ -307,7 +315,7 @@ class Stack:
 
         for host in CLUSTER:
             try:
-                client = redis.Redis(host=self.addr(host), port=REDIS_PORT, socket_timeout=1)
+                client = self.redis_probe(host)
                 slot = client.execute_command("CLUSTER KEYSLOT", key)
                 for start, end, primary, *_ in client.execute_command("CLUSTER SLOTS"):
                     if start <= slot <= end:
