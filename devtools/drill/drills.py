@@ -57,7 +57,6 @@ def _kill_slot_primary(stack: Stack, ctx: dict) -> str:
     then the primary is SIGKILLed and the link healed: the replica is promoted without the
     writes it missed. (A SIGSTOPped replica would not do: the kernel keeps receiving its
     stream for it.)"""
-
     key = f"seckill:{{a{ctx['activity']}}}:stock"
     host = stack.cluster_primary_of(key)
     info = stack.redis_probe(host, timeout=2).info("replication")

@@ -276,10 +276,10 @@ class Stack:
         """A client of one of the drill's Redis servers that asks once: with redis-py's
         default retries (10, backing off) a probe of a killed or cut-off node took seconds."""
         import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
 
-        return redis.Redis(host=self.addr(host), port=REDIS_PORT, socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+        from stock.redis_client import no_retries
+
+        return redis.Redis(host=self.addr(host), port=REDIS_PORT, socket_timeout=timeout, retry=no_retries())
 
     def redis_answers(self, name: str) -> bool:
         import redis
