@@ -14,7 +14,7 @@ from .scripts import LogEntry, parse_log_entry
 
 logger = logging.getLogger(__name__)
 
-# Log entries dropped per XDEL: Redis spends about 3 µs per id, and a drain batch's 500 in
+# Log entries dropped per XDEL: Redis spends 3-4.5 µs per id, and a drain batch's 500 in
 # one command held it (and every purchase waiting on it) for 1.4-2.1 ms; chunks of 50 take
 # the same round trip and let the purchases' commands in between (docs/DESIGN-NOTES.md).
 ACKNOWLEDGE_CHUNK = 50
