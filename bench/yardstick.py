@@ -32,6 +32,8 @@ from .wrkrun import WrkResult, wrk_run
 
 CONFIG = BASE_DIR / "bench" / "plain" / "gunicorn.conf.py"
 PATH = "/api/ping"
+# The latency percentiles every row keeps (wrk's, bench/wrk/rotate.lua).
+PERCENTILES = ("p50", "p75", "p90", "p95", "p99", "p99.9")
 # name -> gunicorn flags and application; the names are the table's.
 SERVERS: dict[str, list[str]] = {
     "gunicorn sync ×2": ["--worker-class", "sync", "bench.plain.wsgi:application"],
@@ -95,6 +97,8 @@ def figures(result: WrkResult, expected: set[str]) -> dict:
         "rps": round(result.rps, 1),
         "p50_ms": result.latency_us["p50"] / 1000,
         "p99_ms": result.latency_us["p99"] / 1000,
+        # The tail's shape, not only its end (docs/BENCHMARKS.md, "The shape of the tail").
+        "percentiles_ms": {p: result.latency_us[p] / 1000 for p in PERCENTILES if p in result.latency_us},
         "requests": result.requests,
         "statuses": result.statuses,
         "expected": sorted(expected),

@@ -104,8 +104,10 @@ function done(summary, latency, requests)
   io.write(string.format(
     'BENCH_JSON {"duration_us": %d, "requests": %d, "statuses": {%s}, ' ..
     '"errors": {"connect": %d, "read": %d, "write": %d, "timeout": %d, "status": %d}, ' ..
-    '"latency_us": {"p50": %d, "p90": %d, "p99": %d, "mean": %.1f, "max": %d}}\n',
+    '"latency_us": {"p50": %d, "p75": %d, "p90": %d, "p95": %d, "p99": %d, "p99.9": %d, ' ..
+    '"mean": %.1f, "max": %d}}\n',
     summary.duration, summary.requests, table.concat(parts, ", "),
     e.connect, e.read, e.write, e.timeout, e.status,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.mean, latency.max))
+    latency:percentile(50), latency:percentile(75), latency:percentile(90), latency:percentile(95),
+    latency:percentile(99), latency:percentile(99.9), latency.mean, latency.max))
 end
