@@ -157,13 +157,16 @@ def yardstick_table(payload: dict) -> list[str]:
 def tail_shape_table(payload: dict) -> list[str]:
     """Each yardstick server's and each purchase row's latency percentiles as multiples of
     its own median: how wide its whole tail is, whatever its speed."""
-    rows: list[tuple[str, int, dict]] = []
-    for when, measured in _yardstick_passes(payload).items():
-        for server, by_c in measured.items():
-            rows += [(f"plain Django, {server} ({when})", c, row) for c, row in sorted(by_c.items())]
+    named = [
+        (f"plain Django, {server} ({when})", c, row)
+        for when, measured in _yardstick_passes(payload).items()
+        for server, by_c in measured.items()
+        for c, row in sorted(by_c.items())
+    ]
     purchases = [r for r in scenario_rows(payload) if r["scenario"].startswith("purchase")]
-    rows += [(r["scenario"], r["connections"], r) for r in purchases]
-    rows = [(name, c, row["percentiles_ms"]) for name, c, row in rows if row.get("percentiles_ms", {}).get("p50")]
+    named += [(r["scenario"], r["connections"], r) for r in purchases]
+    # A payload of a run before the percentiles were kept has none: no table then.
+    rows = [(name, c, row["percentiles_ms"]) for name, c, row in named if "percentiles_ms" in row]
     if not rows:
         return []
     shown = [p for p in PERCENTILES if p != "p50"]
@@ -175,7 +178,7 @@ def tail_shape_table(payload: dict) -> list[str]:
     ]
     for name, c, percentiles in sorted(rows, key=lambda row: row[1]):
         p50 = percentiles["p50"]
-        cells = " | ".join(_fmt(percentiles[p] / p50, 2) if p in percentiles else "–" for p in shown)
+        cells = " | ".join(_fmt(percentiles[p] / p50 if p50 else None, 2) for p in shown)
         lines.append(f"| {name} | {c} | {_fmt(p50, 2)} | {cells} |")
     return [*lines, ""]
 

@@ -98,7 +98,7 @@ def figures(result: WrkResult, expected: set[str]) -> dict:
         "p50_ms": result.latency_us["p50"] / 1000,
         "p99_ms": result.latency_us["p99"] / 1000,
         # The tail's shape, not only its end (docs/BENCHMARKS.md, "Reading the figures").
-        "percentiles_ms": {p: result.latency_us[p] / 1000 for p in PERCENTILES if p in result.latency_us},
+        "percentiles_ms": {p: result.latency_us[p] / 1000 for p in PERCENTILES},
         "requests": result.requests,
         "statuses": result.statuses,
         "expected": sorted(expected),
