@@ -2,6 +2,7 @@
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import timedelta
 
@@ -13,6 +14,7 @@ from django.utils import timezone
 from core.task_policy import RESERVATION_TASK_OPTIONS
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
+from stock.reservations import reservations_backlog
 
 from .activities import activity_token_ensure
 from .fallback import reserve_participants_sync
@@ -36,25 +38,58 @@ def reservations_drain_task(activity_id: int) -> dict:
     The flag is cleared only when a pass finds nothing new, and then the log is read once
     more: a reservation appended before the clear saw the flag and asked no one, so this
     last pass takes it; one appended after sets the flag again and asks for the next task.
+    While a flood lasts, the task waits between passes (``_flood_waited``).
     Sharded stock (S > 1): every shard has its flag (one slot per script)."""
     client = stock_redis()
     flags = [keys.drain for keys in ActivityKeys(activity_id).shards(activity_shards(activity_id))]
     deadline = time.monotonic() + settings.SECKILL_DRAIN_TASK_SECONDS
-    totals: dict[str, int] = {}
-    while True:
+
+    def claim() -> None:
         for flag in flags:  # set, not just renewed: a task from elsewhere (a retry) claims it too
             client.set(flag, "1", px=settings.SECKILL_DRAIN_KICK_TTL_MS)
+
+    totals: dict[str, int] = {}
+    while True:
+        claim()
         outcome = asdict(reservations_drain(activity_id=activity_id))
         _add(totals, outcome)
         done = outcome["created"] + outcome["released"]
         if not done or time.monotonic() > deadline:
             break
-        if done < settings.SECKILL_ORDER_BATCH_SIZE:
+        if settings.SECKILL_DRAIN_FLOOD_DEFER > 0:
+            _flood_waited(activity_id, claim, deadline)
+        elif done < settings.SECKILL_ORDER_BATCH_SIZE:
             # A trickle: let a batch gather rather than pay a pass per few reservations.
             time.sleep(settings.SECKILL_DRAIN_PASS_PAUSE)
     client.delete(*flags)
     _add(totals, asdict(reservations_drain(activity_id=activity_id)))
     return totals
+
+
+def _flood_waited(activity_id: int, claim: Callable[[], None], deadline: float) -> None:
+    """Between two passes: a pause (a trickle gathers into a batch), then more pauses for
+    as long as reservations keep coming at a flood's rate (a batch a second or more) and
+    the oldest waiting one is younger than SECKILL_DRAIN_FLOOD_DEFER. The flood's purchases
+    keep the cores: on a machine the web tier shares with the worker and PostgreSQL, the
+    purchases' tail latency is the drain running beside them, whatever its priority
+    (docs/DESIGN-NOTES.md). The flag stays claimed meanwhile, so no purchase asks for
+    another task; the orders come after the flood, in full batches."""
+    pause = settings.SECKILL_DRAIN_PASS_PAUSE
+    flood = settings.SECKILL_ORDER_BATCH_SIZE * pause  # new reservations per pause
+    defer_ms = settings.SECKILL_DRAIN_FLOOD_DEFER * 1000
+    before = reservations_backlog(activity_id=activity_id)
+    while True:
+        time.sleep(pause)
+        claim()
+        now = reservations_backlog(activity_id=activity_id)
+        if (
+            now.entries - before.entries < flood
+            or now.oldest_ms is None
+            or time.time() * 1000 - now.oldest_ms >= defer_ms
+            or time.monotonic() + pause > deadline
+        ):
+            return
+        before = now
 
 
 def _add(totals: dict[str, int], outcome: dict) -> None:

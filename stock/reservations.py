@@ -6,6 +6,7 @@ from (``LogEntry.shard``), and the shopper's claim in their user partition."""
 
 import logging
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from .keys import ActivityKeys
 from .layout import StockLayout, activity_shards
@@ -45,6 +46,31 @@ def reservations_pending(
         if len(found) >= count:
             break
     return found
+
+
+class Backlog(NamedTuple):
+    """The reservations still waiting for an order, every shard's log together."""
+
+    entries: int
+    oldest_ms: int | None  # when the oldest was made (Unix ms, from its entry id); None: none wait
+
+
+def reservations_backlog(*, activity_id: int) -> Backlog:
+    """How many reservations wait for an order and since when: each shard log's length
+    and first entry, in one round trip."""
+    keys = ActivityKeys(activity_id)
+    pipe = stock_redis().pipeline(transaction=False)
+    for shard in keys.shards(activity_shards(activity_id)):
+        pipe.xlen(shard.log)
+        pipe.xrange(shard.log, count=1)
+    replies = pipe.execute()
+    lengths, firsts = replies[0::2], replies[1::2]
+    oldest = [int(_text(first[0][0]).split("-")[0]) for first in firsts if first]
+    return Backlog(sum(lengths), min(oldest) if oldest else None)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def reservations_acknowledge(*, activity_id: int, reservation_ids: Iterable[str], shard: int = 0) -> None:
