@@ -56,8 +56,8 @@ def reservations_drain_task(activity_id: int) -> dict:
         done = outcome["created"] + outcome["released"]
         if not done or time.monotonic() > deadline:
             break
-        if settings.SECKILL_DRAIN_FLOOD_DEFER > 0:
-            _flood_waited(activity_id, claim, deadline)
+        if settings.SECKILL_DRAIN_FLOOD_DEFER > 0 and settings.SECKILL_DRAIN_PASS_PAUSE > 0:
+            _flood_waited(activity_id, claim, deadline)  # a rate needs a pause to be measured over
         elif done < settings.SECKILL_ORDER_BATCH_SIZE:
             # A trickle: let a batch gather rather than pay a pass per few reservations.
             time.sleep(settings.SECKILL_DRAIN_PASS_PAUSE)

@@ -302,8 +302,9 @@ SECKILL_DRAIN_PASS_PAUSE = env.float("SECKILL_DRAIN_PASS_PAUSE", default=0.1)
 # While reservations arrive at a flood's rate (a batch a second or more), the drain task
 # lets them gather instead of writing orders beside the flood's purchases, for at most this
 # many seconds behind the oldest (docs/DESIGN-NOTES.md, "The drain gives way to a flood").
-# 0: orders are written during the flood too (a worker on machines of its own). Below the
-# replay's grace (SECKILL_REPLAY_GRACE), which would otherwise write them meanwhile.
+# 0 (or a pass pause of 0): orders are written during the flood too (a worker on machines
+# of its own). Below the replay's grace (SECKILL_REPLAY_GRACE), which would otherwise write
+# them meanwhile.
 SECKILL_DRAIN_FLOOD_DEFER = env.float("SECKILL_DRAIN_FLOOD_DEFER", default=15.0)
 # Orders created per database transaction by the drain task (docs/DESIGN-NOTES.md, "The order batch").
 SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=500)
