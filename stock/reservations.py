@@ -65,12 +65,8 @@ def reservations_backlog(*, activity_id: int) -> Backlog:
         pipe.xrange(shard.log, count=1)
     replies = pipe.execute()
     lengths, firsts = replies[0::2], replies[1::2]
-    oldest = [int(_text(first[0][0]).split("-")[0]) for first in firsts if first]
+    oldest = [int(parse_log_entry(*first[0]).reservation_id.split("-")[0]) for first in firsts if first]
     return Backlog(sum(lengths), min(oldest) if oldest else None)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def reservations_acknowledge(*, activity_id: int, reservation_ids: Iterable[str], shard: int = 0) -> None:

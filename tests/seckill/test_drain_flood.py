@@ -24,72 +24,35 @@ from ..helpers import start_celery_worker, subprocess_env, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 PURCHASE_EVERY_S = 0.005
+FLOOD_S = 4.0
+SHOPPERS = 1200
 WORKER_ENV = {"SECKILL_ORDER_BATCH_SIZE": "50", "SECKILL_DRAIN_PASS_PAUSE": "0.5"}
 
 
-def _flood(snapshot, users, *, seconds: float, marks: dict[float, int] | None = None) -> int:
-    """Purchases paced at PURCHASE_EVERY_S for ``seconds``; at each second of ``marks``
-    the number of orders then. Returns how many were made."""
-    marks = {} if marks is None else marks
-    started = time.monotonic()
-    bought = 0
-    for user in users:
-        elapsed = time.monotonic() - started
-        if elapsed >= seconds:
-            break
-        for at in marks:
-            if marks[at] < 0 and elapsed >= at:
-                marks[at] = Order.objects.filter(activity_id=snapshot.id).count()
-        purchase_reserve(activity=snapshot, user_id=user.pk, quantity=1)
-        bought += 1
-        time.sleep(max(0.0, started + bought * PURCHASE_EVERY_S - time.monotonic()))  # pacing the load
-    return bought
-
-
-def test_a_flood_s_orders_wait_for_its_end_then_every_reservation_is_ordered(transactional_db, process_logs):
-    worker = start_celery_worker(process_logs, env=subprocess_env(SECKILL_DRAIN_FLOOD_DEFER="15", **WORKER_ENV))
+def _flood(process_logs, *, defer: str, prefix: str, marks: dict[float, int]) -> tuple[int, int]:
+    """A worker with ``SECKILL_DRAIN_FLOOD_DEFER=defer``, a 4 s flood of purchases paced at
+    PURCHASE_EVERY_S, the number of orders at each second of ``marks`` (filled in), then a
+    wait until every reservation is ordered. Returns (purchases made, the log's length right
+    after the flood)."""
+    worker = start_celery_worker(process_logs, env=subprocess_env(SECKILL_DRAIN_FLOOD_DEFER=defer, **WORKER_ENV))
     try:
-        shoppers = 1200
-        activity = make_activity(stock=shoppers)
-        users = make_users(shoppers, prefix="flood")
-        snapshot = activity_snapshot(activity.pk)
-        # The first purchase asks for the drain task; its first pass and the pause that
-        # tells it a flood is on are over within the first 1.5 s of a 4 s flood.
-        marks = {1.5: -1, 4.0 - 0.1: -1}
-        bought = _flood(snapshot, users, seconds=4.0, marks=marks)
-        during = list(marks.values())
-        log = ActivityKeys(activity.pk).log
-        assert during[0] == during[1], f"orders were written during the flood: {during}"
-        assert stock_redis().xlen(log) >= bought - during[1]
-        orders = Order.objects.filter(activity=activity)
-        wait_until(
-            lambda: orders.count() == bought and stock_redis().xlen(log) == 0,
-            timeout=120,
-            what="every reservation to become an order once the flood is over",
-        )
-    finally:
-        worker.stop()
-    assert set(orders.values_list("user_id", flat=True)) == {u.pk for u in users[:bought]}
-
-
-def test_a_flood_s_orders_trail_it_by_at_most_the_deferral(transactional_db, process_logs):
-    """SECKILL_DRAIN_FLOOD_DEFER=1: however long the flood, the drain writes the orders
-    of reservations a second old. Without that bound, a 4 s flood would end with the
-    orders of its first pass only, as in the test above."""
-    worker = start_celery_worker(process_logs, env=subprocess_env(SECKILL_DRAIN_FLOOD_DEFER="1", **WORKER_ENV))
-    try:
-        shoppers = 1200
-        activity = make_activity(stock=shoppers)
-        users = make_users(shoppers, prefix="lagged")
-        snapshot = activity_snapshot(activity.pk)
-        marks = {4.0 - 0.1: -1}
-        bought = _flood(snapshot, users, seconds=4.0, marks=marks)
-        (at_end,) = marks.values()
-        # By then the reservations of the flood's first two seconds are over a second old:
-        # 400 at the flood's pace. Half of them, for a machine slower than the pace.
-        assert at_end >= 200, f"only {at_end} orders after a 4 s flood of {bought}"
-        log = ActivityKeys(activity.pk).log
-        orders = Order.objects.filter(activity=activity)
+        users = make_users(SHOPPERS, prefix=prefix)
+        snapshot = activity_snapshot(make_activity(stock=SHOPPERS).pk)
+        orders = Order.objects.filter(activity_id=snapshot.id)
+        started = time.monotonic()
+        bought = 0
+        for user in users:
+            elapsed = time.monotonic() - started
+            if elapsed >= FLOOD_S:
+                break
+            for at in marks:
+                if marks[at] < 0 and elapsed >= at:
+                    marks[at] = orders.count()
+            purchase_reserve(activity=snapshot, user_id=user.pk, quantity=1)
+            bought += 1
+            time.sleep(max(0.0, started + bought * PURCHASE_EVERY_S - time.monotonic()))  # pacing the load
+        log = ActivityKeys(snapshot.id).log
+        log_after = stock_redis().xlen(log)
         wait_until(
             lambda: orders.count() == bought and stock_redis().xlen(log) == 0,
             timeout=120,
@@ -97,3 +60,27 @@ def test_a_flood_s_orders_trail_it_by_at_most_the_deferral(transactional_db, pro
         )
     finally:
         worker.stop()
+    assert set(orders.values_list("user_id", flat=True)) == {u.pk for u in users[:bought]}
+    return bought, log_after
+
+
+def test_a_flood_s_orders_wait_for_its_end_then_every_reservation_is_ordered(transactional_db, process_logs):
+    # The first purchase asks for the drain task; its first pass and the pause that tells
+    # it a flood is on are over within the first 1.5 s of the 4 s flood.
+    marks = {1.5: -1, FLOOD_S - 0.1: -1}
+    bought, log_after = _flood(process_logs, defer="15", prefix="flood", marks=marks)
+    early, late = marks[1.5], marks[FLOOD_S - 0.1]
+    assert early == late, f"orders were written during the flood: {early} then {late}"
+    assert log_after >= bought - late, "the flood's reservations wait in the log"
+
+
+def test_a_flood_s_orders_trail_it_by_at_most_the_deferral(transactional_db, process_logs):
+    """SECKILL_DRAIN_FLOOD_DEFER=1: however long the flood, the drain writes the orders
+    of reservations a second old. Without that bound, a 4 s flood would end with the
+    orders of its first pass only, as in the test above."""
+    marks = {FLOOD_S - 0.1: -1}
+    bought, _ = _flood(process_logs, defer="1", prefix="lagged", marks=marks)
+    # By then the reservations of the flood's first two seconds are over a second old:
+    # 400 at the flood's pace. Half of them, for a machine slower than the pace.
+    at_end = marks[FLOOD_S - 0.1]
+    assert at_end >= 200, f"only {at_end} orders after a 4 s flood of {bought}"
