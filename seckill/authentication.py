@@ -342,10 +342,36 @@ def token_filter_add(keys: list[str]) -> None:
     client.delete(*[REFUSED_PREFIX + d for d in digests])
 
 
+# Set by every fill, for half the entries' lifetime: while it lasts the cache is fresh and
+# the automatic fill (token_shared_fill_due) leaves it; a cache Redis that restarted empty
+# has lost it with the entries.
+FILLED_MARK = "auth:filled"
+
+
+def _filled_mark_seconds() -> int:
+    return max(1, int(settings.SECKILL_TOKEN_SHARED_TTL) // 2)
+
+
+def token_shared_fill_due(*, progress=None) -> int | None:
+    """``token_shared_fill`` unless a fill ran within half of SECKILL_TOKEN_SHARED_TTL (the
+    automatic warm-up calls it while a sale is near or live, for the operator who did not
+    run ``token_cache_fill``); None when it was not due. The mark is taken before the fill,
+    so two callers at once fill once; a fill that fails gives it back."""
+    client = get_redis_connection("default")
+    if not client.set(FILLED_MARK, "filling", nx=True, ex=_filled_mark_seconds()):
+        return None
+    try:
+        return token_shared_fill(progress=progress)
+    except BaseException:
+        client.delete(FILLED_MARK)
+        raise
+
+
 def token_shared_fill(*, progress=None, chunk: int = 5000) -> int:
     """Every active user's token into the shared cache and every token into a new filter
-    that replaces the old one at the end (``manage.py token_cache_fill``, before a sale);
-    ``progress(done)`` is called after each chunk. Returns how many entries were cached."""
+    that replaces the old one at the end (``manage.py token_cache_fill``, before a sale;
+    the automatic warm-up through ``token_shared_fill_due``); ``progress(done)`` is called
+    after each chunk. Returns how many entries were cached."""
     User = get_user_model()
     client = get_redis_connection("default")
     capacity = max(2 * Token.objects.count(), TOKEN_FILTER_MIN_CAPACITY)
@@ -384,6 +410,7 @@ def token_shared_fill(*, progress=None, chunk: int = 5000) -> int:
     pipe.rename(TOKEN_FILTER_NEXT.params, TOKEN_FILTER.params)
     pipe.persist(TOKEN_FILTER.bits)
     pipe.persist(TOKEN_FILTER.params)
+    pipe.set(FILLED_MARK, "filled", ex=_filled_mark_seconds())
     pipe.execute()
     if progress:
         progress(done)

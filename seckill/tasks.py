@@ -17,6 +17,7 @@ from stock.redis_client import stock_redis
 from stock.reservations import reservations_backlog
 
 from .activities import activity_token_ensure
+from .authentication import token_shared_fill_due
 from .fallback import reserve_participants_sync
 from .lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup, display_total_refresh
 from .models import Activity
@@ -138,17 +139,30 @@ def activities_start_task() -> None:
 @shared_task
 def activities_autowarm_task() -> None:
     """Warm activities about to start, and re-warm live ones whose Redis stock vanished
-    (a Redis restarted empty): derived from the database and the log, never from total."""
+    (a Redis restarted empty): derived from the database and the log, never from total.
+    While one is near or live, fill the shared token cache when it is due
+    (SECKILL_TOKEN_AUTO_FILL)."""
     now = timezone.now()
     lead = timedelta(seconds=settings.SECKILL_AUTO_WARMUP_LEAD)
     candidates = Activity.objects.filter(start_at__lte=now + lead, end_at__gt=now).exclude(status=Activity.Status.ENDED)
-    for activity in candidates.only("pk", "status"):
+    near = list(candidates.only("pk", "status"))
+    for activity in near:
         try:
             if activity.status == Activity.Status.SCHEDULED or redis_remaining(activity.pk) is None:
                 result = activity_warmup(activity_id=activity.pk, force=True)
                 logger.warning("auto warm-up: %s", result)
         except (WarmupError, redis.RedisError) as exc:
             logger.error("auto warm-up of activity %s failed: %s", activity.pk, exc)
+    if near and settings.SECKILL_TOKEN_AUTO_FILL:
+        # After the stock: a sale's first shoppers then cost no database look-up, even
+        # when nobody ran token_cache_fill (or the cache Redis restarted empty).
+        try:
+            filled = token_shared_fill_due()
+        except redis.RedisError as exc:
+            logger.error("auto token cache fill failed, the next run retries: %s", exc)
+        else:
+            if filled is not None:
+                logger.warning("auto token cache fill: %d tokens cached", filled)
 
 
 @shared_task

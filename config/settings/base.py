@@ -361,6 +361,11 @@ SECKILL_TOKEN_CACHE_TTL = env.float("SECKILL_TOKEN_CACHE_TTL", default=30.0)
 # Seconds a token stays in the cache Redis shared by all web processes (deleting the token
 # or saving its user inactive removes it at once; a QuerySet.update is seen after this).
 SECKILL_TOKEN_SHARED_TTL = env.int("SECKILL_TOKEN_SHARED_TTL", default=6 * 3600)
+# The automatic warm-up (beat) also fills the shared token cache while a sale is near or
+# live, when no fill ran within half of SECKILL_TOKEN_SHARED_TTL: what `manage.py
+# token_cache_fill` does, for the operator who did not run it (about 0.1 KB of the cache
+# Redis per shopper). false: only the command fills it.
+SECKILL_TOKEN_AUTO_FILL = env.bool("SECKILL_TOKEN_AUTO_FILL", default=True)
 # The filter of every token's digest in the cache Redis (a Bloom filter, sized by
 # `manage.py token_cache_fill` for twice the tokens there are): the share of made-up
 # tokens it lets through to the database.
