@@ -3,7 +3,10 @@ without a thread: the batched token lookup of a purchase (seckill.authentication
 
 One psycopg ``AsyncConnection`` per process and event loop, made from Django's settings
 of the ``default`` database when first needed (the same parameters Django connects with,
-the role it assumes included), in autocommit, its statements prepared once. Django's
+the role it assumes included), in autocommit, its statements prepared once and run by
+libpq's own calls with psycopg's adapters (``_Held.fetch_all``): psycopg's cursor, its
+connection lock and its waiting generators cost a new shopper more CPU than the statement
+(docs/DESIGN-NOTES.md). Django's
 own connections are per thread and synchronous: on the loop's thread Django refuses them
 (``SynchronousOnlyOperation``), and a hop to a thread for every lookup cost a flood of new
 shoppers as much CPU as their purchases, and the loop the GIL while the thread ran.
@@ -22,31 +25,115 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from typing import Any
 
 import psycopg
 from django.db import OperationalError, connections
+from psycopg import errors as psycopg_errors
+from psycopg import pq
 from psycopg import sql as psycopg_sql
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.pq.abc import PGresult
 
 from .memory import register_reset
 
 logger = logging.getLogger(__name__)
 
-# A number of executions no statement reaches: only those sent with prepare=True are prepared.
-_NEVER_BY_COUNT = 1 << 30
 CONNECT_TIMEOUT = 2.0
 QUERY_TIMEOUT = 2.0
 RETRY_AFTER = 1.0
 
 
+_PLACEHOLDER = re.compile(r"%(.)", re.DOTALL)
+
+
+def _numbered(sql: str) -> bytes:
+    """``sql`` with its ``%s`` placeholders written as PostgreSQL's own ``$1``, ``$2``…"""
+    count = 0
+
+    def one(match: re.Match) -> str:
+        nonlocal count
+        if match.group(1) == "%":
+            return "%"
+        if match.group(1) != "s":
+            raise ValueError(f"only %s placeholders are supported: {sql!r}")
+        count += 1
+        return f"${count}"
+
+    return _PLACEHOLDER.sub(one, sql).encode()
+
+
 class _Held:
-    __slots__ = ("connection", "database", "served")
+    __slots__ = ("connection", "database", "served", "statements", "transformer")
 
     def __init__(self, connection: psycopg.AsyncConnection, database: object):
         self.connection = connection
         self.database = database  # the database name it was made for: the tests' is named late
         self.served = False  # it has answered: a failure may be a server that went away since
+        self.statements: dict[tuple[str, tuple[int, ...]], bytes] = {}  # (sql, types) -> its prepared name
+        self.transformer = Transformer(connection)
+
+    async def fetch_all(self, sql: str, params: list[Any]) -> list[tuple]:
+        """The rows of ``sql`` with ``params``, prepared on this connection at its first
+        run. Raises psycopg's errors."""
+        pgconn, transformer = self.connection.pgconn, self.transformer
+        values = transformer.dump_sequence(params, [PyFormat.AUTO] * len(params))
+        key = (sql, tuple(transformer.types or ()))
+        name = self.statements.get(key)
+        if name is None:
+            name = f"loop_{len(self.statements)}".encode()
+            pgconn.send_prepare(name, _numbered(sql), param_types=transformer.types)
+            await self._result(pq.ExecStatus.COMMAND_OK)
+            self.statements[key] = name
+        pgconn.send_query_prepared(name, values, param_formats=transformer.formats)
+        result = await self._result(pq.ExecStatus.TUPLES_OK)
+        transformer.set_pgresult(result)
+        return transformer.load_rows(0, result.ntuples, tuple)
+
+    async def _result(self, expected: pq.ExecStatus) -> PGresult:
+        """The result of the command just sent, once it is all in (every result read, so
+        the connection is ready for the next); its error raised."""
+        pgconn = self.connection.pgconn
+        while pgconn.flush():  # non-blocking: the rest waits for room in the socket
+            await _ready(pgconn.socket, write=True)
+        first: PGresult | None = None
+        while True:
+            pgconn.consume_input()
+            while not pgconn.is_busy():
+                result = pgconn.get_result()
+                if result is None:
+                    if first is None:
+                        raise psycopg.InterfaceError("the server sent no result")
+                    if first.status != expected:
+                        raise psycopg_errors.error_from_result(first, encoding=self.connection.info.encoding)
+                    return first
+                if first is None:  # an error comes first; nothing follows a query's rows
+                    first = result
+            await _ready(pgconn.socket)
+
+
+async def _ready(fd: int, *, write: bool = False) -> None:
+    """Until the socket can be read (or written) without blocking."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    if write:
+        loop.add_writer(fd, _set_done, future)
+    else:
+        loop.add_reader(fd, _set_done, future)
+    try:
+        await future
+    finally:
+        if write:
+            loop.remove_writer(fd)
+        else:
+            loop.remove_reader(fd)
+
+
+def _set_done(future: asyncio.Future) -> None:
+    if not future.done():  # called again if the loop turns before the waiter resumes
+        future.set_result(None)
 
 
 class LoopDatabase:
@@ -65,8 +152,7 @@ class LoopDatabase:
             held = await self._held()
             try:
                 async with asyncio.timeout(QUERY_TIMEOUT):
-                    cursor = await held.connection.execute(sql, params, prepare=True)
-                    rows = await cursor.fetchall()
+                    rows = await held.fetch_all(sql, params)
             except (psycopg.OperationalError, psycopg.InterfaceError, TimeoutError) as exc:
                 await self._drop(held.connection)
                 # Once more on a new connection only when this one had served: the server
@@ -104,8 +190,6 @@ class LoopDatabase:
         wrapper = connections[self.alias]
         params = wrapper.get_connection_params()
         params.pop("cursor_factory", None)  # Django's synchronous cursor
-        # Django turns preparing off (None: for poolers); only what asks to be prepared is.
-        params["prepare_threshold"] = _NEVER_BY_COUNT
         connection = await psycopg.AsyncConnection.connect(**params, autocommit=True)
         role = wrapper.settings_dict["OPTIONS"].get("assume_role")
         if role:  # as Django's own connections (DatabaseWrapper._configure_role)

@@ -1,13 +1,17 @@
 """core.loop_database: the event loop's own connection to the real PostgreSQL the tests run
-on. A statement is prepared once, a connection the server closed is replaced without
-failing the read, and a database that is away is Django's OperationalError at once."""
+on. A statement is prepared once, any parameter is a value, a failed statement leaves the
+connection serving, a connection the server closed or a statement past its time is
+replaced without failing the next read, and a database that is away is Django's
+OperationalError at once."""
 
 import asyncio
 import socket
 
+import psycopg
 import pytest
 from django.db import OperationalError, connection, connections
 
+import core.loop_database as loop_database_module
 from core.loop_database import LoopDatabase
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,3 +79,36 @@ def test_a_database_away_is_an_operational_error_and_not_tried_again_at_once(dat
     assert "moments ago" in second, "the second call did not wait for the same timeout"
     database.close_all()  # as the retry time ends
     assert asyncio.run(database.fetch_all("SELECT 1", [])) == [(1,)], "back once the database is"
+
+
+def test_any_text_goes_through_the_statement_unchanged(database):
+    """The parameters are psycopg's adapters' work, not text pasted into the statement: a
+    shopper's made-up token with quotes, braces or backslashes is a value like any other."""
+    odd = ['a"b', "c\\d", "{x}", "y,z", " ", "NULL", "'; DROP TABLE x; --", "ünï", ""]
+    rows = asyncio.run(database.fetch_all("SELECT unnest(%s::text[]), %s::int, '100%%'", [odd, 7]))
+    assert rows == [(value, 7, "100%") for value in odd]
+
+
+def test_a_statement_that_fails_raises_its_error_and_the_connection_serves_on(database):
+    async def fail_then_serve():
+        (pid,) = await database.fetch_all("SELECT pg_backend_pid()", [])
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await database.fetch_all("SELECT 1 / %s::int", [0])
+        return pid, await database.fetch_all("SELECT 1 / %s::int, pg_backend_pid()", [1])
+
+    pid, rows = asyncio.run(fail_then_serve())
+    assert rows == [(1, pid[0])]  # the same connection
+
+
+def test_a_statement_past_its_time_is_an_operational_error_and_the_next_gets_a_new_connection(database, monkeypatch):
+    monkeypatch.setattr(loop_database_module, "QUERY_TIMEOUT", 0.3)
+
+    async def slow_then_quick():
+        (before,) = await database.fetch_all("SELECT pg_backend_pid()", [])
+        with pytest.raises(OperationalError):
+            await database.fetch_all("SELECT pg_sleep(%s::float)", [5])
+        (after,) = await database.fetch_all("SELECT pg_backend_pid()", [])
+        return before[0], after[0]
+
+    before, after = asyncio.run(slow_then_quick())
+    assert before != after
