@@ -45,6 +45,7 @@ from django.dispatch import receiver
 from django_redis import get_redis_connection
 from drf_spectacular.authentication import SessionScheme
 from redis import RedisError
+from redis.exceptions import LockError
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
@@ -346,6 +347,14 @@ def token_filter_add(keys: list[str]) -> None:
 # the automatic fill (token_shared_fill_due) leaves it; a cache Redis that restarted empty
 # has lost it with the entries.
 FILLED_MARK = "auth:filled"
+# Held while a fill runs: two fills at once would each start the next filter afresh and one
+# would put in place a filter without the other's tokens, refusing real shoppers.
+FILL_LOCK = "auth:filling"
+_FILL_LOCK_SECONDS = 3600  # as long as the next filter is kept (a fill that died)
+
+
+class TokenFillRunning(Exception):
+    """Another fill is running (the automatic one, or another operator's)."""
 
 
 def _filled_mark_seconds() -> int:
@@ -353,25 +362,36 @@ def _filled_mark_seconds() -> int:
 
 
 def token_shared_fill_due(*, progress=None) -> int | None:
-    """``token_shared_fill`` unless a fill ran within half of SECKILL_TOKEN_SHARED_TTL (the
-    automatic warm-up calls it while a sale is near or live, for the operator who did not
-    run ``token_cache_fill``); None when it was not due. The mark is taken before the fill,
-    so two callers at once fill once; a fill that fails gives it back."""
-    client = get_redis_connection("default")
-    if not client.set(FILLED_MARK, "filling", nx=True, ex=_filled_mark_seconds()):
+    """``token_shared_fill`` unless a fill ran within half of SECKILL_TOKEN_SHARED_TTL or
+    one is running (the automatic warm-up calls it while a sale is near or live, for the
+    operator who did not run ``token_cache_fill``); None when it was not due."""
+    if get_redis_connection("default").exists(FILLED_MARK):
         return None
     try:
         return token_shared_fill(progress=progress)
-    except BaseException:
-        client.delete(FILLED_MARK)
-        raise
+    except TokenFillRunning:
+        return None
 
 
 def token_shared_fill(*, progress=None, chunk: int = 5000) -> int:
     """Every active user's token into the shared cache and every token into a new filter
     that replaces the old one at the end (``manage.py token_cache_fill``, before a sale;
     the automatic warm-up through ``token_shared_fill_due``); ``progress(done)`` is called
-    after each chunk. Returns how many entries were cached."""
+    after each chunk. Returns how many entries were cached; raises TokenFillRunning while
+    another fill runs."""
+    lock = get_redis_connection("default").lock(FILL_LOCK, timeout=_FILL_LOCK_SECONDS)
+    if not lock.acquire(blocking=False):
+        raise TokenFillRunning
+    try:
+        return _token_shared_fill(progress=progress, chunk=chunk)
+    finally:
+        try:
+            lock.release()
+        except LockError as exc:  # it expired: nothing of ours to release
+            logger.warning("token fill lock not released: %s", exc)
+
+
+def _token_shared_fill(*, progress, chunk: int) -> int:
     User = get_user_model()
     client = get_redis_connection("default")
     capacity = max(2 * Token.objects.count(), TOKEN_FILTER_MIN_CAPACITY)
@@ -382,8 +402,8 @@ def token_shared_fill(*, progress=None, chunk: int = 5000) -> int:
     pipe.delete(TOKEN_FILTER_NEXT.bits, TOKEN_FILTER_NEXT.params)
     pipe.setbit(TOKEN_FILTER_NEXT.bits, bits - 1, 0)
     pipe.hset(TOKEN_FILTER_NEXT.params, mapping={"bits": bits, "hashes": hashes})
-    pipe.expire(TOKEN_FILTER_NEXT.bits, 3600)  # a fill that dies leaves nothing behind
-    pipe.expire(TOKEN_FILTER_NEXT.params, 3600)
+    pipe.expire(TOKEN_FILTER_NEXT.bits, _FILL_LOCK_SECONDS)  # a fill that dies leaves nothing behind
+    pipe.expire(TOKEN_FILTER_NEXT.params, _FILL_LOCK_SECONDS)
     pipe.execute()
     rows = (
         Token.objects.order_by()

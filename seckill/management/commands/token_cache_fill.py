@@ -2,7 +2,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from seckill.authentication import token_filter_params, token_shared_fill
+from seckill.authentication import TokenFillRunning, token_filter_params, token_shared_fill
 
 
 class Command(BaseCommand):
@@ -21,6 +21,11 @@ class Command(BaseCommand):
             done = token_shared_fill(progress=progress)
         except redis.RedisError as exc:
             raise CommandError(f"Redis is not reachable ({exc}); check REDIS_URL") from exc
+        except TokenFillRunning:
+            raise CommandError(
+                "another token fill is running (beat's automatic one or another operator's); "
+                "it does the same: wait for it to end"
+            ) from None
         self.stderr.write("")
         self.stdout.write(f"{done} tokens cached for {settings.SECKILL_TOKEN_SHARED_TTL} s (SECKILL_TOKEN_SHARED_TTL)")
         bits, hashes = token_filter_params()
