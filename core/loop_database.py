@@ -66,7 +66,7 @@ def _numbered(sql: str) -> bytes:
 
 
 class _Held:
-    __slots__ = ("connection", "database", "served", "statements", "transformer")
+    __slots__ = ("connection", "database", "lock", "served", "statements", "transformer")
 
     def __init__(self, connection: psycopg.AsyncConnection, database: object):
         self.connection = connection
@@ -74,10 +74,15 @@ class _Held:
         self.served = False  # it has answered: a failure may be a server that went away since
         self.statements: dict[tuple[str, tuple[int, ...]], bytes] = {}  # (sql, types) -> its prepared name
         self.transformer = Transformer(connection)
+        self.lock = asyncio.Lock()  # one statement at a time: their messages share the socket
 
     async def fetch_all(self, sql: str, params: list[Any]) -> list[tuple]:
         """The rows of ``sql`` with ``params``, prepared on this connection at its first
         run. Raises psycopg's errors."""
+        async with self.lock:
+            return await self._fetch_all(sql, params)
+
+    async def _fetch_all(self, sql: str, params: list[Any]) -> list[tuple]:
         pgconn, transformer = self.connection.pgconn, self.transformer
         values = transformer.dump_sequence(params, [PyFormat.AUTO] * len(params))
         key = (sql, tuple(transformer.types or ()))
