@@ -147,6 +147,7 @@ class LoopDatabase:
     def __init__(self, alias: str = "default"):
         self.alias = alias
         self.held: dict[asyncio.AbstractEventLoop, _Held] = {}
+        self.connecting: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         self.pid = os.getpid()
         self.retry_at = 0.0
 
@@ -171,9 +172,17 @@ class LoopDatabase:
 
     async def _held(self) -> _Held:
         if os.getpid() != self.pid:  # a forked child: the parent's sockets are not its own
-            self.held, self.pid = {}, os.getpid()
+            self.held, self.connecting, self.pid = {}, {}, os.getpid()
         loop = asyncio.get_running_loop()
         database = connections[self.alias].settings_dict["NAME"]
+        held = self.held.get(loop)
+        if held is not None and not held.connection.closed and held.database == database:
+            return held
+        # One connection per loop: whoever waited here takes the one just made.
+        async with self.connecting.setdefault(loop, asyncio.Lock()):
+            return await self._connected(loop, database)
+
+    async def _connected(self, loop: asyncio.AbstractEventLoop, database: object) -> _Held:
         held = self.held.get(loop)
         if held is not None and not held.connection.closed and held.database == database:
             return held
@@ -213,10 +222,12 @@ class LoopDatabase:
     def _closed_loops_forgotten(self) -> None:
         for loop in [loop for loop in self.held if loop.is_closed()]:
             self.held.pop(loop).connection.pgconn.finish()  # its loop is gone: closed without it
+        for loop in [loop for loop in self.connecting if loop.is_closed()]:
+            del self.connecting[loop]
 
     def close_all(self) -> None:
         """Close every connection (their loops may be gone: libpq's own close)."""
-        held, self.held = self.held, {}
+        held, self.held, self.connecting = self.held, {}, {}
         if os.getpid() == self.pid:
             for each in held.values():
                 each.connection.pgconn.finish()

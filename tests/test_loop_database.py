@@ -114,9 +114,11 @@ def test_a_statement_past_its_time_is_an_operational_error_and_the_next_gets_a_n
     assert before != after
 
 
-def test_statements_sent_at_once_on_one_loop_each_get_their_own_rows(database):
+def test_statements_sent_at_once_on_one_loop_share_one_connection_and_each_get_their_own_rows(database):
     async def together():
-        await database.fetch_all("SELECT 1", [])  # the loop's connection made: all share it
-        return await asyncio.gather(*(database.fetch_all("SELECT %s::int * 2, pg_sleep(0.01)", [n]) for n in range(8)))
+        statement = "SELECT %s::int * 2, pg_backend_pid() FROM pg_sleep(0.01)"
+        return await asyncio.gather(*(database.fetch_all(statement, [n]) for n in range(8)))
 
-    assert [rows[0][0] for rows in asyncio.run(together())] == [n * 2 for n in range(8)]
+    rows = [each[0] for each in asyncio.run(together())]
+    assert [doubled for doubled, _pid in rows] == [n * 2 for n in range(8)]
+    assert len({pid for _doubled, pid in rows}) == 1, "a connection each"
