@@ -122,18 +122,13 @@ class _Held:
 async def _ready(fd: int, *, write: bool = False) -> None:
     """Until the socket can be read (or written) without blocking."""
     loop = asyncio.get_running_loop()
+    watch, unwatch = (loop.add_writer, loop.remove_writer) if write else (loop.add_reader, loop.remove_reader)
     future = loop.create_future()
-    if write:
-        loop.add_writer(fd, _set_done, future)
-    else:
-        loop.add_reader(fd, _set_done, future)
+    watch(fd, _set_done, future)
     try:
         await future
     finally:
-        if write:
-            loop.remove_writer(fd)
-        else:
-            loop.remove_reader(fd)
+        unwatch(fd)
 
 
 def _set_done(future: asyncio.Future) -> None:

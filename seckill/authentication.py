@@ -361,14 +361,14 @@ def _filled_mark_seconds() -> int:
     return max(1, int(settings.SECKILL_TOKEN_SHARED_TTL) // 2)
 
 
-def token_shared_fill_due(*, progress=None) -> int | None:
+def token_shared_fill_due() -> int | None:
     """``token_shared_fill`` unless a fill ran within half of SECKILL_TOKEN_SHARED_TTL or
     one is running (the automatic warm-up calls it while a sale is near or live, for the
     operator who did not run ``token_cache_fill``); None when it was not due."""
     if get_redis_connection("default").exists(FILLED_MARK):
         return None
     try:
-        return token_shared_fill(progress=progress)
+        return token_shared_fill()
     except TokenFillRunning:
         return None
 
