@@ -23,7 +23,7 @@ from .engine import engine_run
 from .invariants import invariants_check
 from .stack import cpu_seconds, postgres_roots, redis_roots, rss_mb, tree_cpu
 from .wrkrun import WrkResult, wrk_run
-from .yardstick import figures, yardstick_measure
+from .yardstick import figures, yardstick_measure, yardstick_tail
 
 BIG_STOCK = 10_000_000  # "while stock lasts": never runs out during a run
 # The scenarios served over HTTP by the project's gunicorn (after them: its memory).
@@ -50,6 +50,9 @@ class Bench:
         self.cursors = {"cached": 0, "cold": 0}
         self.seen: set[str] = set()  # every shopper who sent a purchase
         self.yardstick: dict[str, dict] = {}
+        # {connections: [figures, …]}: the passes of the standard server with the shortest
+        # tail between the purchases' rounds (purchase_rounds).
+        self.tail_passes: dict[int, list[dict]] = {}
 
     # --- helpers -------------------------------------------------------------------
 
@@ -256,9 +259,7 @@ class Bench:
             if "duplicate" in only:
                 self.duplicate(c)
             if "purchase" in only:
-                self.purchase(c)
-                if self.pools["cold"]:
-                    self.purchase(c, pool="cold")
+                self.purchase_rounds(c)
             if "sharded" in only:
                 self.purchase(c, shards=8)
             if "naive" in only:
@@ -284,6 +285,32 @@ class Bench:
         for server, by_c in measured.items():
             for c, figures_c in by_c.items():
                 self.rows.append({"scenario": f"plain Django, {server}", "connections": c, "pass": when, **figures_c})
+
+    def purchase_rounds(self, c: int) -> None:
+        """The purchases at ``c`` (tokens cached, then not). With the yardstick's passes in
+        the run and ``--tail-rounds`` R > 1: R rounds, each after a pass of the standard
+        server whose p99 was the shortest in the pass before the scenarios, and one such pass
+        after the last. The machine's speed drifts within minutes (the same server's p99 has
+        moved 2.5x between passes an hour apart), so the purchases' tail is compared with
+        the yardstick's measured beside it, over several rounds, not with passes minutes
+        away. The first round's rows are the main table's."""
+        rounds = self.args.tail_rounds if "before" in self.yardstick else 1
+        server = yardstick_tail(self.yardstick["before"])[c]["server"] if rounds > 1 else None
+        for n in range(1, rounds + 1):
+            if server:
+                self.tail_pass(server, c)
+            self.purchase(c, tail_round=n)
+            if self.pools["cold"]:
+                self.purchase(c, pool="cold", tail_round=n)
+        if server:
+            self.tail_pass(server, c)
+
+    def tail_pass(self, server: str, c: int) -> None:
+        """One pass of plain Django on ``server`` at ``c`` (the project idle meanwhile)."""
+        measured = yardstick_measure(
+            seconds=self.args.seconds, connections=[c], servers=[server], log_dir=self.work_dir, say=say
+        )
+        self.tail_passes.setdefault(c, []).append(dict(measured[server][c], server=server))
 
     def ping(self, c: int, name: str, tokens: bool = False) -> None:
         """The project's bare view (config/ping.py); with ``tokens`` every request carries a
@@ -405,17 +432,19 @@ class Bench:
         self.orders_drained(activity.pk)
         self.row(name, c, result, expected=expected, **self.checked(activity.pk))
 
-    def purchase(self, c: int, shards: int = 1, pool: str = "cached") -> None:
+    def purchase(self, c: int, shards: int = 1, pool: str = "cached", tail_round: int = 1) -> None:
         """Stock lasts, every request another shopper nobody served before: tokens in the
         shared cache (``pool`` "cached") or in PostgreSQL only ("cold"); with shards > 1 the
         same on S stock keys (claim, random shard). The CPU split runs until the last order
-        of the run is written."""
+        of the run is written. ``tail_round``: which of purchase_rounds' rounds this is."""
         cache = "tokens in the shared cache" if pool == "cached" else "tokens not cached"
         name = f"purchase (202), {cache}" if shards == 1 else f"purchase, S = {shards} shards (context)"
         lopsided_first = ""
         for attempt in (1, 2):
-            activity = activity_new(title=f"bench {name} c={c} #{attempt}", stock=BIG_STOCK, shards=shards)
-            tokens = self.fresh_tokens(pool, f"{pool}-{shards}-{c}-{attempt}")
+            activity = activity_new(
+                title=f"bench {name} c={c} round {tail_round} #{attempt}", stock=BIG_STOCK, shards=shards
+            )
+            tokens = self.fresh_tokens(pool, f"{pool}-{shards}-{c}-{tail_round}-{attempt}")
             cpu_before = self.system_cpu()
             result = self.wrk(
                 f"{name} c={c}",
@@ -438,7 +467,17 @@ class Bench:
             break
         if lopsided_first:
             result.extra["repeated_after"] = lopsided_first
-        self.row(name, c, result, expected={"202"}, note=note, orders_drained_s=round(drain, 1), **cpu, **checked)
+        self.row(
+            name,
+            c,
+            result,
+            expected={"202"},
+            note=note,
+            orders_drained_s=round(drain, 1),
+            tail_round=tail_round,
+            **cpu,
+            **checked,
+        )
 
     def naive(self, c: int) -> None:
         activity = activity_new(title=f"bench db-direct c={c}", stock=BIG_STOCK, warm=False)

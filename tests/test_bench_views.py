@@ -129,3 +129,48 @@ def test_every_ratio_is_to_the_mean_of_the_yardstick_passes_best():
     assert (sold["ratio"], sold["p99_ratio"], sold["misses"]) == (3.0, 1.0, [])
     assert (buy["ratio"], buy["p99_ratio"]) == (0.625, 2.0)
     assert buy["misses"] == ["p99", "socket errors", "statuses"]
+
+
+def test_the_purchases_p99_is_judged_on_their_rounds_beside_the_yardstick():
+    """bench/report.py: a purchase measured in rounds (``--tail-rounds``) is judged on its
+    p99 over the rounds against the passes of plain Django measured beside them (the mean of
+    each), not on its first round against passes minutes away; its later rounds are not rows
+    of their own; a scenario measured once is judged as before."""
+    from bench.report import scenario_rows, tail_rounds
+
+    def plain(rps, p99):
+        return {"rps": rps, "p99_ms": p99, "socket_errors": 0, "unexpected": 0}
+
+    def purchase(scenario, n, p99):
+        return {
+            "scenario": scenario,
+            "connections": 50,
+            "rps": 3000.0,
+            "p99_ms": p99,
+            "socket_errors": 0,
+            "tail_round": n,
+        }
+
+    cached, cold = "purchase (202), tokens in the shared cache", "purchase (202), tokens not cached"
+    payload = {
+        "yardstick": {"before": {"sync": {"50": plain(3000.0, 10.0)}}, "after": {"sync": {"50": plain(3000.0, 10.0)}}},
+        "tail_passes": {"50": [dict(plain(3000.0, p99), server="sync") for p99 in (16.0, 20.0, 24.0, 20.0)]},
+        "results": [
+            purchase(cached, 1, 16.0),  # 1.6x the passes before and after the scenarios: 1.2x beside it
+            purchase(cold, 1, 14.0),  # 1.4x those passes, but 1.6x the rounds' own yardstick
+            purchase(cached, 2, 28.0),
+            purchase(cold, 2, 34.0),
+            purchase(cached, 3, 28.0),
+            purchase(cold, 3, 48.0),
+            {"scenario": "duplicate (409)", "connections": 50, "rps": 6000.0, "p99_ms": 16.0, "socket_errors": 0},
+        ],
+    }
+    rounds = tail_rounds(payload)
+    assert rounds[(cached, 50)]["p99s"] == [16.0, 28.0, 28.0]
+    assert rounds[(cached, 50)]["ratio"] == 24.0 / 20.0
+    assert rounds[(cold, 50)]["ratio"] == 32.0 / 20.0
+    rows = {r["scenario"]: r for r in scenario_rows(payload)}
+    assert len(scenario_rows(payload)) == 3  # one row per scenario: the first round's
+    assert (rows[cached]["p99_ratio"], rows[cached]["p99_ratio_rounds"], rows[cached]["misses"]) == (1.6, 1.2, [])
+    assert (rows[cold]["p99_ratio"], rows[cold]["p99_ratio_rounds"], rows[cold]["misses"]) == (1.4, 1.6, ["p99"])
+    assert (rows["duplicate (409)"]["p99_ratio_rounds"], rows["duplicate (409)"]["misses"]) == (None, ["p99"])
