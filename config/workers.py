@@ -59,7 +59,11 @@ class UvicornWorker(_UvicornWorker):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # In the master, before the fork: the slot of the shares this worker will write.
-        self.share_slot = connection_shares.claim(stale_after=self.cfg.timeout + FRESH_S)
+        # None under reuse_port: each worker then has a socket of its own, and a connection
+        # left in it would wait for nobody but this worker.
+        self.share_slot = (
+            None if self.cfg.reuse_port else connection_shares.claim(stale_after=self.cfg.timeout + FRESH_S)
+        )
 
     def init_process(self) -> None:
         connection_shares.own(self.share_slot)
@@ -239,6 +243,8 @@ class BatchAcceptServer:
         self.serving = True
         # When the connections waiting now were first left to a sibling, and last seen waiting.
         self.deferred_since = self.deferred_seen = 0.0
+        self.waiting = select.poll()  # whether connections still wait, once left to a sibling
+        self.waiting.register(sock, select.POLLIN)
         sock.setblocking(False)
         sock.listen(backlog)
         connection_shares.serving()
@@ -292,7 +298,7 @@ class BatchAcceptServer:
     def _look_again(self) -> None:
         if not self.serving:
             return
-        if select.select([self.sock], [], [], 0)[0]:
+        if self.waiting.poll(0):
             self.deferred_seen = self.loop.time()
         else:
             self.deferred_since = 0.0  # a sibling took them

@@ -5,14 +5,16 @@ a burst of connections (50 opened at once: held 48 and 2, 43 and 7, 35 and 15), 
 answered each of them slower while the other core had little to do."""
 
 import asyncio
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from config import workers
-from config.workers import SHARE_SLACK, BatchAcceptLoop, ConnectionShares
+from config.workers import SHARE_SLACK, BatchAcceptLoop, BatchAcceptServer, ConnectionShares
 
 from ..helpers import start_gunicorn, subprocess_env, wait_until
 
@@ -87,13 +89,30 @@ def test_a_worker_that_stops_frees_its_slot():
     assert shares.claim(stale_after=30) == 0
 
 
+@pytest.mark.parametrize("reuse_port", [False, True])
+def test_a_worker_has_a_share_unless_each_has_a_socket_of_its_own(reuse_port, monkeypatch):
+    """Under gunicorn's reuse_port the kernel hands each worker's socket its connections: one
+    left there would wait for nobody but that worker."""
+    from gunicorn.config import Config
+    from gunicorn.glogging import Logger
+
+    monkeypatch.setattr(workers, "connection_shares", ConnectionShares(slots=2))
+    cfg = Config()
+    cfg.set("reuse_port", reuse_port)
+    worker = workers.UvicornWorker(1, os.getpid(), [], None, 30, cfg, Logger(cfg))
+    try:
+        assert worker.share_slot == (None if reuse_port else 0)
+    finally:
+        worker.tmp.close()
+
+
 # --- the accepting loop -------------------------------------------------------------
 
 
 @pytest.fixture
 def shared(monkeypatch):
-    """This process as a worker holding a slot of the module's shares, and a sibling slot
-    the test writes; both freed afterwards."""
+    """A table of shares of the test's own in place of the module's (this process plays a
+    worker; the test writes its sibling's slot)."""
     monkeypatch.setattr(workers, "connection_shares", ConnectionShares(slots=4))
     return workers.connection_shares
 
@@ -116,11 +135,10 @@ def _turn(loop) -> None:
     loop.run_forever()
 
 
-def test_a_worker_ahead_leaves_waiting_connections_to_its_sibling_until_it_holds_more(shared, monkeypatch):
-    monkeypatch.setattr(workers, "ACCEPT_DEFER_MAX_S", 3600.0)  # no "taken after all" in this test
-    monkeypatch.setattr(workers, "FRESH_S", 3600.0)
-    shared.own(shared.claim(stale_after=60))
-    sibling = _sibling(shared, held=0)
+@contextlib.contextmanager
+def _waiting(count: int) -> Iterator[tuple[asyncio.AbstractEventLoop, BatchAcceptServer, list[asyncio.Transport]]]:
+    """A worker's loop serving a listening socket with ``count`` connections waiting: the
+    loop, its server and the transports it has made."""
     loop = BatchAcceptLoop()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -129,7 +147,25 @@ def test_a_worker_ahead_leaves_waiting_connections_to_its_sibling_until_it_holds
     clients = []
     try:
         server = loop.run_until_complete(loop.create_server(Counted, sock=listener, backlog=64))
-        clients = [socket.create_connection(listener.getsockname()) for _ in range(10)]
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(count)]
+        yield loop, server, made
+        server.close()
+        loop.run_until_complete(server.wait_closed())
+    finally:
+        for transport in made:
+            transport.close()
+        for client in clients:
+            client.close()
+        listener.close()
+        loop.close()
+
+
+def test_a_worker_ahead_leaves_waiting_connections_to_its_sibling_until_it_holds_more(shared, monkeypatch):
+    monkeypatch.setattr(workers, "ACCEPT_DEFER_MAX_S", 3600.0)  # no "taken after all" in this test
+    monkeypatch.setattr(workers, "FRESH_S", 3600.0)
+    shared.own(shared.claim(stale_after=60))
+    sibling = _sibling(shared, held=0)
+    with _waiting(10) as (loop, server, made):
         # Until every accepted connection has its transport: the sibling holds none.
         wait_until(lambda: _turn(loop) or (made and not server.starting), timeout=30, what="a first accept")
         for _ in range(20):
@@ -141,15 +177,6 @@ def test_a_worker_ahead_leaves_waiting_connections_to_its_sibling_until_it_holds
         for _ in range(20):
             _turn(loop)
         assert len(made) == 6 + SHARE_SLACK
-        server.close()
-        loop.run_until_complete(server.wait_closed())
-    finally:
-        for transport in made:
-            transport.close()
-        for client in clients:
-            client.close()
-        listener.close()
-        loop.close()
 
 
 def test_a_connection_left_to_a_sibling_that_does_not_take_it_is_taken_after_all(shared):
@@ -157,15 +184,7 @@ def test_a_connection_left_to_a_sibling_that_does_not_take_it_is_taken_after_all
     turn): after ACCEPT_DEFER_MAX_S the worker takes every waiting connection itself."""
     shared.own(shared.claim(stale_after=60))
     sibling = _sibling(shared, held=0)
-    loop = BatchAcceptLoop()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    made: list[asyncio.Transport] = []
-    Counted.made = made
-    clients = []
-    try:
-        server = loop.run_until_complete(loop.create_server(Counted, sock=listener, backlog=64))
-        clients = [socket.create_connection(listener.getsockname()) for _ in range(10)]
+    with _waiting(10) as (loop, _server, made):
 
         def turned() -> bool:
             shared.table[2 * sibling + 1] = workers._now_ms()  # it says it is alive, with none
@@ -173,15 +192,6 @@ def test_a_connection_left_to_a_sibling_that_does_not_take_it_is_taken_after_all
             return len(made) == 10
 
         wait_until(turned, timeout=30, what="every connection accepted")
-        server.close()
-        loop.run_until_complete(server.wait_closed())
-    finally:
-        for transport in made:
-            transport.close()
-        for client in clients:
-            client.close()
-        listener.close()
-        loop.close()
 
 
 # --- the real server ------------------------------------------------------------------
