@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.db.models import Max, Sum
 
 from orders.models import Order
@@ -21,7 +22,7 @@ from stock.scripts import ScriptCode, run_purchase
 from .data import activity_new, shoppers_create
 from .engine import engine_run
 from .invariants import invariants_check
-from .stack import cpu_seconds, postgres_roots, redis_roots, rss_mb, tree_cpu
+from .stack import cpu_seconds, postgres_roots, redis_aof_compacted, redis_roots, rss_mb, tree_cpu
 from .wrkrun import WrkResult, wrk_run
 from .yardstick import figures, yardstick_measure, yardstick_tail
 
@@ -77,6 +78,8 @@ class Bench:
 
         token_shared_fill()  # what an operator runs before a sale: manage.py token_cache_fill
         token_shared_forget(self.pools["cold"])
+        if not settings.SECKILL_REDIS_CLUSTER:  # and then, for the stock and cache Redis
+            redis_aof_compacted([settings.SECKILL_REDIS_URL, settings.REDIS_URL])
         say(
             f"{warm} shoppers with API tokens in the shared cache, {cold} in PostgreSQL only,"
             f" ready in {time.monotonic() - started:.1f} s"

@@ -76,6 +76,44 @@ def redis_facts(url: str) -> str:
     return f"Redis {info.get('redis_version')}, {info.get('mem_allocator')}, {aof}"
 
 
+def redis_aof_compacted(urls: list[str], *, timeout: float = 300) -> list[str]:
+    """What docs/OPERATIONS.md asks before a sale, after the token fill: each Redis of
+    ``urls`` (once each, however many names it has) that keeps an append-only file rewrites
+    it now (``BGREWRITEAOF``), and this waits for the rewrites to end. A run then starts with
+    the file at its smallest, and none of the Redis's own rewrites (a fork, and the whole
+    dataset written again beside the purchases) starts during it: the embedded Redis, kept
+    from one run to the next, had grown to its 1 GB trigger and rewrote at the start of a
+    round. Returns the addresses of the Redis servers rewritten."""
+    import redis
+
+    compacted, seen = [], set()
+    for url in urls:
+        address = urlsplit(url).netloc.rpartition("@")[2]  # no password in what is said
+        client = redis.Redis.from_url(url)
+        try:
+            info = client.info()
+            if info["run_id"] in seen or not info.get("aof_enabled"):
+                continue
+            seen.add(info["run_id"])
+            try:
+                client.bgrewriteaof()
+            except redis.ResponseError as exc:  # one running already: waited for as well
+                if "already in progress" not in str(exc):
+                    raise
+            deadline = time.monotonic() + timeout
+            while True:
+                persistence = client.info("persistence")
+                if not persistence["aof_rewrite_in_progress"] and not persistence["aof_rewrite_scheduled"]:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the append-only rewrite of {address} took over {timeout:.0f} s")
+                time.sleep(0.1)
+            compacted.append(address)
+        finally:
+            client.close()
+    return compacted
+
+
 @contextmanager
 def bench_django() -> Iterator[dict[str, str]]:
     """Django set up in this process on the bench's database and Redis (migrated), for the

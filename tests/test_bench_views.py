@@ -174,3 +174,31 @@ def test_the_purchases_p99_is_judged_on_their_rounds_beside_the_yardstick():
     assert (rows[cached]["p99_ratio"], rows[cached]["p99_ratio_rounds"], rows[cached]["misses"]) == (1.6, 1.2, [])
     assert (rows[cold]["p99_ratio"], rows[cold]["p99_ratio_rounds"], rows[cold]["misses"]) == (1.4, 1.6, ["p99"])
     assert (rows["duplicate (409)"]["p99_ratio_rounds"], rows["duplicate (409)"]["misses"]) == (None, ["p99"])
+
+
+def test_the_bench_rewrites_each_redis_append_only_file_once_before_it_measures(tmp_path, monkeypatch):
+    """As OPERATIONS asks before a sale, after the token fill: the file at its smallest, so
+    that no rewrite of Redis's own (a fork, and the dataset written again) starts during the
+    runs. A Redis named twice (the stock and the cache URL) is rewritten once; the rewrite
+    is over when the call returns. An embedded Redis of the test's own, in its folder."""
+    import redis
+
+    from bench.stack import redis_aof_compacted
+    from devtools import embedded
+
+    monkeypatch.setattr(embedded, "REDIS_DIR", tmp_path / "redis")
+    monkeypatch.delenv("SECKILL_EMBEDDED_REDIS_PORT", raising=False)
+    url = embedded.ensure_redis()
+    client = redis.Redis.from_url(url)
+    try:
+        client.mset({f"shopper:{i}": "x" * 100 for i in range(2000)})
+        before = client.info("persistence")
+        assert before["aof_current_size"] > before["aof_base_size"]
+        assert redis_aof_compacted([url, url]) == [url.split("//")[1].split("/")[0]]
+        after = client.info("persistence")
+        assert not after["aof_rewrite_in_progress"] and not after["aof_rewrite_scheduled"]
+        assert after["aof_last_bgrewrite_status"] == "ok"
+        assert after["aof_current_size"] == after["aof_base_size"]
+    finally:
+        client.close()
+        assert embedded.stop_redis()
