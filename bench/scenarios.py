@@ -78,10 +78,12 @@ class Bench:
 
         token_shared_fill()  # what an operator runs before a sale: manage.py token_cache_fill
         token_shared_forget(self.pools["cold"])
+        compacted = []
         if not settings.SECKILL_REDIS_CLUSTER:  # and then, for the stock and cache Redis
-            redis_aof_compacted([settings.SECKILL_REDIS_URL, settings.REDIS_URL])
+            compacted = redis_aof_compacted([settings.SECKILL_REDIS_URL, settings.REDIS_URL])
         say(
             f"{warm} shoppers with API tokens in the shared cache, {cold} in PostgreSQL only,"
+            f" append-only files rewritten: {', '.join(compacted) or 'none'};"
             f" ready in {time.monotonic() - started:.1f} s"
         )
 
