@@ -158,7 +158,7 @@ class Child:
 
     def pids(self) -> list[int]:
         """The process and its children (gunicorn's or Celery's workers)."""
-        return [self.proc.pid, *_children(self.proc.pid)]
+        return [self.proc.pid, *children_of(self.proc.pid)]
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.alive():
@@ -243,7 +243,8 @@ def worker_start(env: dict[str, str], log_dir: Path, concurrency: int, nice: int
     raise RuntimeError(f"celery worker not ready within 90 s:\n{child.tail()}")
 
 
-def _children(pid: int) -> list[int]:
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a gunicorn master's workers), from /proc."""
     found = []
     for path in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -296,7 +297,7 @@ def redis_roots() -> list[int]:
 
 def postgres_pids() -> list[int]:
     """PostgreSQL's postmasters (see postgres_roots) and their backends."""
-    return [pid for root in postgres_roots() for pid in (root, *_children(root))]
+    return [pid for root in postgres_roots() for pid in (root, *children_of(root))]
 
 
 def redis_pids() -> list[int]:
@@ -308,7 +309,7 @@ def tree_cpu(roots: list[int]) -> dict[int, float]:
     children that have exited (PostgreSQL's backends of short-lived connections, such as a
     Celery task's, are gone before they could be read), plus the living children's. Compare
     two readings per server: one that started or stopped in between is no part of a delta."""
-    return {root: cpu_seconds([root], reaped=True) + cpu_seconds(_children(root)) for root in roots}
+    return {root: cpu_seconds([root], reaped=True) + cpu_seconds(children_of(root)) for root in roots}
 
 
 def rss_mb(pid: int) -> float | None:

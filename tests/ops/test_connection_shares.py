@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.stack import children_of
 from config import workers
 from config.workers import SHARE_SLACK, BatchAcceptLoop, BatchAcceptServer, ConnectionShares
 
@@ -197,19 +198,6 @@ def test_a_connection_left_to_a_sibling_that_does_not_take_it_is_taken_after_all
 # --- the real server ------------------------------------------------------------------
 
 
-def _workers_of(master: int) -> list[int]:
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == master:
-                children.append(int(entry))
-    return children
-
-
 def _held_by(pid: int, port: int) -> int:
     """Established connections on ``port`` among the process's open files."""
     inodes = set()
@@ -249,14 +237,14 @@ def test_a_burst_of_keep_alive_connections_is_shared_by_the_web_workers(process_
         clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(BURST)]
         for client in clients:
             _answered(client)
-        held = sorted(_held_by(pid, port) for pid in _workers_of(web.proc.pid))
+        held = sorted(_held_by(pid, port) for pid in children_of(web.proc.pid))
         assert sum(held) == BURST
         return held
 
     def closed() -> None:
         for client in clients:
             client.close()
-        wait_until(lambda: sum(_held_by(pid, port) for pid in _workers_of(web.proc.pid)) == 0, timeout=30)
+        wait_until(lambda: sum(_held_by(pid, port) for pid in children_of(web.proc.pid)) == 0, timeout=30)
 
     try:
         # gunicorn answers once one worker serves; the other may still be warming up (and
