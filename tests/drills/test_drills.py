@@ -318,10 +318,13 @@ def test_redis_back_for_one_server_while_the_other_sells_its_reserve_no_unit_is_
     for proxy in proxies:
         proxy.restore()
 
-    # A's reset time passes; its next purchase is the probe, through Redis.
-    wait_until(
-        lambda: not db_path.filter(user=buy(a)[0]).exists(), timeout=60, interval=0.2, what="A's probe to buy via Redis"
-    )
+    # A's reset time passes; its next purchase is the probe, through Redis. Until then A
+    # sells from the reserve, and once that is gone answers busy: no order, but no probe.
+    def bought_through_redis() -> bool:
+        user, answer = buy(a)
+        return answer == (202, "queued") and not db_path.filter(user=user).exists()
+
+    wait_until(bought_through_redis, timeout=60, interval=0.2, what="A's probe to buy via Redis")
     assert _breaker_state(a) == "closed" and _breaker_state(b) == "open"
     # (A's purchases before its probe may have sold some of the reserve too.)
     left = SeckillStock.objects.get(activity=activity).reserve
