@@ -75,7 +75,7 @@ class OrderPayApi(APIView):
         try:
             started = payment_start_for_shopper(order=order)
         except PaymentError as exc:
-            raise ApiError(exc.status, exc.code, exc.detail) from exc
+            raise ApiError(exc.status, exc.code, exc.detail, retry_after=exc.retry_after) from exc
         if started.payment is None:
             return Response({"status": Order.Status.PAID.value})
         payment = started.payment

@@ -1,11 +1,13 @@
 import re
 import unicodedata
+from urllib.parse import urljoin
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
+from payments.core import get_base_url
 from payments.models import BasePayment
 
 # Reservation ids of orders the database path sold from the reserve (Redis away); log
@@ -319,7 +321,12 @@ class Payment(BasePayment):
         return f"{self.variant} {self.token} for {self.order_id}"
 
     def get_failure_url(self) -> str:
-        return reverse("my-orders")
+        return self._back_to_shop(reverse("my-orders"))
 
     def get_success_url(self) -> str:
-        return f"{reverse('my-orders')}?paid={self.order.order_no}"
+        return self._back_to_shop(f"{reverse('my-orders')}?paid={self.order.order_no}")
+
+    def _back_to_shop(self, path: str) -> str:
+        # A real provider sends the shopper back from its own site, to the shop's public
+        # address (PAYMENT_HOST); the simulated provider's page is on the shop itself.
+        return path if self.variant == "simulated" else urljoin(get_base_url(), path)

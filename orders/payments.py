@@ -5,7 +5,12 @@ shopper pays; it never pays the order. Only a provider's verified notification d
 through ``payment_settle``: it records the money taken and then either pays the order
 (once) or, when the order was cancelled, is past its deadline or was already paid by
 another payment, refunds it through the provider. Each provider verifies its own
-notifications (the simulated one: orders.simulated) before calling ``payment_settle``.
+notifications (the simulated one: orders.simulated; Stripe: orders.stripe_provider) before
+the payment is settled.
+
+Only the configured provider (settings.PAYMENT_PROVIDER) is registered; one that cannot
+be loaded or fails (package missing, its API unreachable, any error of its own) is 503
+``payments_unavailable`` with ``Retry-After``, never a 500.
 """
 
 import logging
@@ -16,8 +21,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from payments import PaymentStatus, RedirectNeeded
-from payments.core import provider_factory
+from payments.core import BasicProvider, provider_factory
 from payments.signals import status_changed
+
+from core.errors import DATABASE_AWAY
 
 from .models import Order, Payment
 from .services import AddressRequired, OrderNotPayable, order_address_attach, order_pay
@@ -26,24 +33,48 @@ logger = logging.getLogger(__name__)
 
 
 class PaymentError(Exception):
-    def __init__(self, status: int, code: str, detail: str):
+    def __init__(self, status: int, code: str, detail: str, *, retry_after: int | None = None):
         super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
+        self.status, self.code, self.detail, self.retry_after = status, code, detail, retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
 
 
 def payments_unavailable(detail: str) -> PaymentError:
-    return PaymentError(503, "payments_unavailable", detail)
+    return PaymentError(503, "payments_unavailable", detail, retry_after=settings.PAYMENT_RETRY_AFTER)
 
 
-def provider_get(variant: str):
-    """The provider of ``variant``; one that is not configured is 503, never a 500."""
-    if not variant or variant not in settings.PAYMENT_VARIANTS:
+def provider_configured(variant: str) -> bool:
+    """``variant`` is this shop's provider (the only one registered in PAYMENT_VARIANTS)."""
+    return bool(variant) and variant == settings.PAYMENT_PROVIDER and variant in settings.PAYMENT_VARIANTS
+
+
+def provider_get(variant: str) -> BasicProvider:
+    """The provider of ``variant``: 503 when it is not the configured one, cannot be loaded
+    (its package missing) or lacks its configuration, never a 500."""
+    if not provider_configured(variant):
         raise payments_unavailable("Payments are not configured (PAYMENT_PROVIDER).")
-    provider = provider_factory(variant)
+    try:
+        provider = provider_factory(variant)
+    except Exception as exc:
+        logger.warning("payments.provider_unavailable variant=%s error=%r", variant, exc)
+        raise payments_unavailable(f"The payment provider {variant!r} cannot be loaded.") from exc
     missing = getattr(provider, "configuration_missing", lambda: "")()
     if missing:
         raise payments_unavailable(f"Payments are not configured ({missing}).")
     return provider
+
+
+def provider_failed(*, variant: str, exc: Exception, payment: Payment | None = None) -> PaymentError:
+    """A provider that raised (its API unreachable, an error of its SDK): logged in one line
+    and answered 503. The database being away is not the provider's failure: re-raised."""
+    if isinstance(exc, DATABASE_AWAY):
+        raise exc
+    logger.warning(
+        "payments.provider_failed variant=%s payment=%s error=%r", variant, payment.pk if payment else "-", exc
+    )
+    return payments_unavailable(f"The payment provider {variant!r} is not answering; please try again in a moment.")
 
 
 @dataclass(frozen=True)
@@ -60,7 +91,7 @@ def payment_start(*, order: Order, now=None) -> PaymentStarted:
     if order.status != Order.Status.PENDING or order.pay_deadline <= now:
         raise PaymentError(409, "not_payable", "This order can no longer be paid (cancelled or too late).")
     variant = settings.PAYMENT_PROVIDER
-    provider_get(variant)
+    provider = provider_get(variant)
     payment = Payment.objects.create(
         order=order,
         variant=variant,
@@ -69,12 +100,24 @@ def payment_start(*, order: Order, now=None) -> PaymentStarted:
         description=f"Order {order.order_no}",
     )
     try:
-        payment.get_form()
+        provider.get_form(payment)
     except RedirectNeeded as redirect:
         return PaymentStarted(payment=payment, pay_url=str(redirect))
+    except Exception as exc:
+        failure = provider_failed(variant=variant, exc=exc, payment=payment)
+        _payment_error_mark(payment=payment, message=f"provider failed: {exc!r}")
+        raise failure from exc
     # A provider whose checkout is a form inside the shop's page: not supported here.
-    payment.change_status(PaymentStatus.ERROR, "provider has no payment page to send the shopper to")
+    _payment_error_mark(payment=payment, message="provider has no payment page to send the shopper to")
     raise payments_unavailable(f"The provider {variant!r} has no payment page to send the shopper to.")
+
+
+def _payment_error_mark(*, payment: Payment, message: str) -> None:
+    """A payment whose start failed: in error, never waiting (the order shows no payment).
+    A provider that marked it itself (Stripe's on a refused session) keeps its mark."""
+    Payment.objects.filter(pk=payment.pk, status__in=[PaymentStatus.WAITING, PaymentStatus.INPUT]).update(
+        status=PaymentStatus.ERROR, message=message
+    )
 
 
 def payment_start_for_shopper(*, order: Order, now=None) -> PaymentStarted:
@@ -173,9 +216,12 @@ def payment_status_of(payments) -> str:
 
 def _real_provider_confirmed(sender, instance: Payment, **kwargs) -> None:
     # Real backends (Stripe, PayPal) verify their webhooks themselves and then set the
-    # status; the simulated provider calls payment_settle directly.
+    # status; the simulated provider calls payment_settle directly. The backend saves its
+    # instance again afterwards: it must hold what settling wrote (settled_at, a refund),
+    # not overwrite it.
     if instance.status == PaymentStatus.CONFIRMED and instance.settled_at is None and instance.variant != "simulated":
         payment_settle(payment=instance, transaction_id=instance.transaction_id)
+        instance.refresh_from_db()
 
 
 status_changed.connect(_real_provider_confirmed, sender=Payment, dispatch_uid="orders.payments.settle")

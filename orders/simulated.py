@@ -135,7 +135,7 @@ class SimulatedProvider(BasicProvider):
                 payment=payment, body=request.body, signature=request.headers.get(SIGNATURE_HEADER)
             )
         except PaymentError as exc:
-            return JsonResponse({"code": exc.code, "detail": exc.detail}, status=exc.status)
+            return JsonResponse({"code": exc.code, "detail": exc.detail}, status=exc.status, headers=exc.headers())
         return JsonResponse(answer)
 
     def refund(self, payment, amount=None):

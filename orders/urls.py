@@ -2,7 +2,7 @@
 providers' notification URLs (django-payments) and the simulated provider's checkout."""
 
 from django.conf import settings
-from django.urls import include, path
+from django.urls import path, re_path
 
 from . import apis, views
 
@@ -21,8 +21,10 @@ urlpatterns = [
     path("orders/<str:order_no>/", views.order_page, name="order-page"),
     path("orders/<str:order_no>/pay/", views.order_pay_start, name="order-pay-page"),
     path("orders/<str:order_no>/cancel/", views.order_cancel_view, name="order-cancel-page"),
-    # process/<token>/ (a payment's notifications) and process/<variant>/ (webhooks).
-    path("payments/", include("payments.urls")),
+    # django-payments' two notification URLs, under its names (Payment.get_process_url),
+    # answered by the configured provider only: a payment's, then a provider's webhook.
+    path("payments/process/<uuid:token>/", views.payment_notification, name="process_payment"),
+    re_path(r"^payments/process/(?P<variant>[a-z-]+)/$", views.provider_webhook, name="static_process_payment"),
 ]
 # The simulated provider's page exists only where it is the provider.
 if settings.PAYMENT_PROVIDER == "simulated":

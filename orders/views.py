@@ -1,7 +1,9 @@
 """The shopper's orders page, an order's page, the shipping address, pay (through the
 configured provider, after the address) and cancel (after a confirmation); the
-simulated provider's checkout page. Notifications arrive at django-payments'
-``payments/process/<token>/`` (orders.simulated.SimulatedProvider.process_data)."""
+simulated provider's checkout page; the providers' notification URLs,
+``payments/process/<token>/`` (a payment's: the simulated provider's) and
+``payments/process/<variant>/`` (a provider's webhook: Stripe's), which hand the request
+to the configured provider's own django-payments code."""
 
 import json
 import uuid
@@ -10,7 +12,8 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponseNotAllowed, JsonResponse
+from django.db import transaction
+from django.http import Http404, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -19,12 +22,20 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from payments import PaymentError as LibraryPaymentError
 
 from core.throttles import throttle_page
 
 from .forms import ShippingAddressForm
 from .models import Order, Payment, address_lines
-from .payments import PaymentError, payment_start_for_shopper, payments_unavailable
+from .payments import (
+    PaymentError,
+    payment_start_for_shopper,
+    payments_unavailable,
+    provider_configured,
+    provider_failed,
+    provider_get,
+)
 from .selectors import address_of, order_of_shopper, order_page_of_shopper, order_timeline, orders_of_shopper
 from .services import OrderNotCancellable, address_save, order_cancel
 from .simulated import OUTCOMES, checkout_complete
@@ -123,7 +134,7 @@ def order_pay_start(request, order_no: str):
         if exc.status == 409:
             messages.error(request, _("Order %(no)s can no longer be paid.") % {"no": order.order_no})
             return redirect("order-page", order.order_no)
-        return render(request, "orders/gateway_error.html", {"error": exc}, status=exc.status)
+        return _gateway_error(request, exc)
     if started.payment is None:
         messages.info(request, _("Order %(no)s is already paid.") % {"no": order.order_no})
         return redirect("order-page", order.order_no)
@@ -150,6 +161,14 @@ def order_cancel_view(request, order_no: str):
     return redirect("order-page", order.order_no)
 
 
+def _gateway_error(request, exc: PaymentError) -> HttpResponse:
+    """The page for a payment that cannot go on (no provider, the provider failing)."""
+    response = render(request, "orders/gateway_error.html", {"error": exc}, status=exc.status)
+    for name, value in exc.headers().items():
+        response[name] = value
+    return response
+
+
 def _wants_json(request) -> bool:
     return request.headers.get("Accept", "").startswith("application/json")
 
@@ -171,7 +190,7 @@ def simulated_checkout(request, token: str):
     if request.method == "GET":
         if not settings.PAYMENT_GATEWAY_SECRET:
             exc = payments_unavailable("The simulated provider has no secret (PAYMENT_GATEWAY_SECRET).")
-            return render(request, "orders/gateway_error.html", {"error": exc}, status=503)
+            return _gateway_error(request, exc)
         return render(request, "orders/simulated_checkout.html", _checkout_context(payment))
     if request.method != "POST":
         return JsonResponse({"code": "method_not_allowed", "detail": "GET or POST."}, status=405)
@@ -182,8 +201,8 @@ def simulated_checkout(request, token: str):
         answer = checkout_complete(payment=payment, outcome=outcome)
     except PaymentError as exc:
         if as_json:
-            return JsonResponse({"code": exc.code, "detail": exc.detail}, status=exc.status)
-        return render(request, "orders/gateway_error.html", {"error": exc}, status=exc.status)
+            return _payment_error_json(exc)
+        return _gateway_error(request, exc)
     if as_json:
         return JsonResponse(answer)
     payment.refresh_from_db()
@@ -233,3 +252,55 @@ def _outcome_of(request) -> str | None:
     else:
         outcome = request.POST.get("outcome")
     return outcome if outcome in OUTCOMES else None
+
+
+# --- the providers' notifications (django-payments' process URLs) ---------------------
+
+
+def _payment_error_json(exc: PaymentError) -> JsonResponse:
+    return JsonResponse({"code": exc.code, "detail": exc.detail}, status=exc.status, headers=exc.headers())
+
+
+def _not_found(detail: str) -> JsonResponse:
+    return JsonResponse({"code": "not_found", "detail": detail}, status=404)
+
+
+@csrf_exempt  # the provider's server posts here; its signature is what lets it in
+@never_cache
+def payment_notification(request, token: uuid.UUID):
+    """``payments/process/<token>/``: a notification about one payment, for its provider."""
+    payment = Payment.objects.filter(token=str(token)).first()
+    if payment is None:
+        return _not_found("No such payment.")
+    return _provider_answer(request, variant=payment.variant, payment=payment)
+
+
+@csrf_exempt
+@never_cache
+def provider_webhook(request, variant: str):
+    """``payments/process/<variant>/``: the configured provider's webhook (Stripe's). Any
+    other variant is not here: 404, whatever the request."""
+    if not provider_configured(variant):
+        return _not_found(f"No payment provider {variant!r} here.")
+    return _provider_answer(request, variant=variant, payment=None)
+
+
+def _provider_answer(request, *, variant: str, payment: Payment | None) -> HttpResponse:
+    """The provider verifies the request and moves the payment (its own django-payments
+    code), in one transaction: a refusal (4xx) or a failure (503) changes nothing."""
+    try:
+        provider = provider_get(variant)
+        with transaction.atomic():
+            if payment is None:
+                token = provider.get_token_from_request(payment=None, request=request)
+                payment = Payment.objects.filter(token=str(token or ""), variant=variant).first()
+                if payment is None:
+                    return _not_found("No such payment.")
+            return provider.process_data(payment, request)
+    except PaymentError as exc:
+        return _payment_error_json(exc)
+    except LibraryPaymentError as exc:  # the library refused the request (a field missing…)
+        status = exc.code if isinstance(exc.code, int) and 400 <= exc.code < 500 else 400
+        return JsonResponse({"code": "invalid_request", "detail": str(exc)}, status=status)
+    except Exception as exc:
+        return _payment_error_json(provider_failed(variant=variant, exc=exc, payment=payment))
