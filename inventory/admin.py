@@ -22,8 +22,22 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class SaleRowsAdmin(ReadOnlyAdmin):
+    """Rows of one sale (its stock row, its ledger): a user sees those of the sales they see.
+    Who sees which sale is the sale's rule; inventory sits below the sale in the layers, so
+    it asks the sale's admin (``sale_rows_filter``), and shows nothing without it."""
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        sale = self.model._meta.get_field("activity").related_model
+        rows_filter = getattr(self.admin_site._registry.get(sale), "sale_rows_filter", None)
+        if rows_filter is None:
+            return queryset.none()
+        return queryset.filter(rows_filter(request, via="activity__"))
+
+
 @admin.register(SeckillStock)
-class SeckillStockAdmin(ReadOnlyAdmin):
+class SeckillStockAdmin(SaleRowsAdmin):
     """Read-only: stock changes only through the stock services."""
 
     list_display = ["activity", "total", "available", "version", "updated_at"]
@@ -31,7 +45,7 @@ class SeckillStockAdmin(ReadOnlyAdmin):
 
 
 @admin.register(StockMovement)
-class StockMovementAdmin(ReadOnlyAdmin):
+class StockMovementAdmin(SaleRowsAdmin):
     list_display = ["created_at", "activity", "order", "kind", "quantity", "reason"]
     list_filter = ["kind", "reason"]
     search_fields = ["order__order_no", "activity__title"]

@@ -12,20 +12,41 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from inventory.admin import ReadOnlyAdmin
-from seckill.models import Activity
 
 from .charts import ACTION_WORDS, BUCKET_WORDS, activity_charts, html_table, identity_rows, report_in_words
 from .models import AnomalyOrder, Order, ReconciliationReport, address_lines
-from .selectors import activity_report_data, anomaly_evidence, orders_fulfilment_rows
+from .selectors import (
+    activities_visible_to,
+    activity_report_data,
+    anomaly_evidence,
+    orders_fulfilment_rows,
+    orders_visible_to,
+    sales_visible_filter,
+)
 from .services import AnomalyActionError, anomaly_act, anomaly_actions
+
+
+class SaleFilter(admin.RelatedFieldListFilter):
+    """The "activity" filter, listing only the sales the user sees (a merchant: their own)."""
+
+    def field_choices(self, field, request, model_admin):
+        return [(a.pk, str(a)) for a in activities_visible_to(user=request.user).order_by("-start_at")]
+
+
+class SaleRowsAdmin(admin.ModelAdmin):
+    """Rows that belong to a sale (anomalies, reports): a user sees those of the sales they
+    see; another merchant's row answers as a missing one."""
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(sales_visible_filter(request.user, via="activity__"))
 
 
 @admin.register(Order)
 class OrderAdmin(ReadOnlyAdmin):
     """View only: a saved change form would write the whole row back, and could undo a
     payment or a cancel that happened while the page was open. Orders change through
-    the services (pay, cancel, the anomaly actions). Merchants see them with their
-    shipping addresses and export them for fulfilment (CSV)."""
+    the services (pay, cancel, the anomaly actions). Merchants see the orders of their own
+    sales with their shipping addresses and export them for fulfilment (CSV)."""
 
     list_display = [
         "order_no",
@@ -39,7 +60,7 @@ class OrderAdmin(ReadOnlyAdmin):
         "pay_deadline",
         "paid_at",
     ]
-    list_filter = ["status", "activity"]
+    list_filter = ["status", ("activity", SaleFilter)]
     search_fields = ["order_no", "user__username", "reservation_id"]
     list_select_related = ["activity__product", "user"]
     actions = ["export_for_fulfilment"]
@@ -85,6 +106,11 @@ class OrderAdmin(ReadOnlyAdmin):
             return "none yet (copied when payment starts)"
         return format_html_join(mark_safe("<br>"), "{}", ((line,) for line in lines))
 
+    def get_queryset(self, request):
+        # The orders of the sales this user sees: the list, its search and filters, the
+        # pages, the export (its selection is taken from here), the autocomplete lists.
+        return orders_visible_to(user=request.user)
+
     def has_export_permission(self, request):
         return request.user.has_perm("orders.export_order")
 
@@ -128,12 +154,12 @@ ANOMALY_ACTIONS = {
 
 
 @admin.register(AnomalyOrder)
-class AnomalyOrderAdmin(admin.ModelAdmin):
+class AnomalyOrderAdmin(SaleRowsAdmin):
     """Read-only evidence; staff act through the buttons that fit the anomaly's kind,
     each a service that records who did what and when (the history)."""
 
     list_display = ["id", "kind", "activity", "user", "order", "status", "created_at", "resolved_by"]
-    list_filter = ["status", "kind", "activity"]
+    list_filter = ["status", "kind", ("activity", SaleFilter)]
     search_fields = ["reservation_id", "user__username", "order__order_no"]
     list_select_related = ["activity", "user", "order", "resolved_by"]
     change_form_template = "admin/orders/anomalyorder/change_form.html"
@@ -249,7 +275,7 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
     def act_view(self, request, object_id, action):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        anomaly = get_object_or_404(AnomalyOrder, pk=object_id)
+        anomaly = get_object_or_404(self.get_queryset(request), pk=object_id)
         if not self.has_change_permission(request, anomaly) or action not in ANOMALY_ACTIONS:
             raise PermissionDenied
         try:
@@ -266,12 +292,12 @@ class AnomalyOrderAdmin(admin.ModelAdmin):
 
 
 @admin.register(ReconciliationReport)
-class ReconciliationReportAdmin(ReadOnlyAdmin):
+class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
     """The reconciliation runs that found, did or opened something (and each final run),
     read-only, problems first; plus the report page of an activity."""
 
     list_display = ["created_at", "activity", "identities", "stage", "actions_taken", "anomalies_opened", "page"]
-    list_filter = ["identity_ok", "final", "activity"]
+    list_filter = ["identity_ok", "final", ("activity", SaleFilter)]
     list_select_related = ["activity"]
     date_hierarchy = "created_at"
     # Problems first: an identity that does not hold, then anomalies opened, then newest.
@@ -349,7 +375,8 @@ class ReconciliationReportAdmin(ReadOnlyAdmin):
     def activity_view(self, request, activity_id: int):
         if not self.may_see_activity_report(request):
             raise PermissionDenied
-        activity = get_object_or_404(Activity, pk=activity_id)
+        # Another merchant's sale answers as a missing one.
+        activity = get_object_or_404(activities_visible_to(user=request.user), pk=activity_id)
         data = activity_report_data(activity=activity)
         context = {
             **self.admin_site.each_context(request),

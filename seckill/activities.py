@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -38,12 +39,15 @@ def activity_create(
     safety_stock: int = 0,
     db_reserve: int | None = None,
     pay_timeout: int | None = None,
+    owner: User | None = None,
 ) -> Activity:
     """Create an activity together with its database stock row. ``db_reserve`` None: the
     default share of the total (SECKILL_DB_RESERVE_PERCENT), within what the safety
-    stock leaves."""
+    stock leaves. ``owner``: the merchant who runs it (None: only staff who see every
+    sale see it)."""
     activity = Activity(
         title=title,
+        owner=owner,
         product=product,
         seckill_price=seckill_price,
         start_at=start_at,
@@ -74,6 +78,9 @@ def _db_reserve_default(activity: Activity) -> None:
 
 
 _SYSTEM_FIELDS = frozenset({"id", "status", "purchase_token", "warmed_at", "created_at", "room_seed"})
+# Set when the sale is made; changed only by ``activity_owner_set`` (a superuser's choice),
+# so an edit from a page opened before the change never hands the sale back.
+_NOT_WRITTEN_BY_EDITS = _SYSTEM_FIELDS | {"owner"}
 
 # The shard count may change until this long before the start: every web process must see
 # the new count (its cached copy of the activity lives SECKILL_ACTIVITY_CACHE_TTL) before
@@ -180,7 +187,7 @@ def activity_save(*, activity: Activity) -> Activity:
             activity.save()
         else:
             # The form's copy may be stale: never write back what the system owns.
-            editable = [f.name for f in Activity._meta.concrete_fields if f.name not in _SYSTEM_FIELDS]
+            editable = [f.name for f in Activity._meta.concrete_fields if f.name not in _NOT_WRITTEN_BY_EDITS]
             activity.save(update_fields=editable)
             if activity.start_at > timezone.now():
                 # The start moved into the future: a token handed out already must not open it early.
@@ -201,6 +208,12 @@ def activity_save(*, activity: Activity) -> Activity:
             transaction.on_commit(lambda: _activity_relayout_logged(activity_id=activity.pk, old_shards=old_shards))
     activity_snapshot_forget(activity.pk)
     return activity
+
+
+def activity_owner_set(*, activity_id: int, owner: User | None) -> None:
+    """Hand the sale to another merchant (None: to nobody; only staff who see every sale
+    see it then). Its orders go with it: they are seen through their sale."""
+    Activity.objects.filter(pk=activity_id).update(owner=owner, updated_at=timezone.now())
 
 
 def _refuse_locked_edit(*, stored: Activity, activity: Activity) -> None:
@@ -301,6 +314,7 @@ def activity_duplicate(*, activity: Activity, start_at: datetime, title: str) ->
         safety_stock=activity.safety_stock,
         db_reserve=activity.db_reserve,
         pay_timeout=activity.pay_timeout,
+        owner=activity.owner,
     )
     for name in _DUPLICATED_FIELDS:
         setattr(copy, name, getattr(activity, name))

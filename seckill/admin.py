@@ -4,6 +4,7 @@ from typing import cast
 import redis
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Field, Q
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
@@ -16,6 +17,7 @@ from django.utils.html import format_html, format_html_join
 from inventory.models import SeckillStock, StockMovement
 from inventory.services import InsufficientStock
 from orders.models import AnomalyOrder, Order, ReconciliationReport
+from orders.selectors import activities_visible_to, sales_visible_filter, sees_every_sale
 
 from .activities import (
     SHARDS_CHANGE_LEAD,
@@ -23,6 +25,7 @@ from .activities import (
     activity_duplicate,
     activity_edit_refusal,
     activity_locked_fields,
+    activity_owner_set,
     activity_save,
     blacklist_entries_delete,
     blacklist_entry_save,
@@ -164,6 +167,8 @@ ROOM_FIELDS = frozenset({"admission_mode", "room_prequeue_minutes", "room_rate",
 
 @admin.register(Activity)
 class ActivityAdmin(admin.ModelAdmin):
+    # Explicit: the model's ordering is dropped by the counts' GROUP BY (autocomplete pages).
+    ordering = ("-start_at", "-pk")
     list_display = [
         "title",
         "product",
@@ -177,7 +182,7 @@ class ActivityAdmin(admin.ModelAdmin):
     list_filter = [SaleStatusFilter]  # the dates: the date hierarchy above the list
     search_fields = ["title", "product__name"]
     date_hierarchy = "start_at"
-    list_select_related = ["product"]
+    list_select_related = ["product", "owner"]
     autocomplete_fields = ["product"]
     # A tuple: also the "State" fieldset's fields (a list is typed for one only).
     readonly_fields = ("status", "warmed_at", "created_at", "updated_at")
@@ -188,7 +193,7 @@ class ActivityAdmin(admin.ModelAdmin):
         (
             None,
             {
-                "fields": ["title", "product", "seckill_price", "start_at", "end_at"],
+                "fields": ["title", "product", "owner", "seckill_price", "start_at", "end_at"],
                 "description": (
                     "The start, the sale price and the stock fields are locked once the sale is warmed (its stock "
                     "loaded) or has started: shoppers reserve and pay under them. The end may then move later, "
@@ -252,14 +257,31 @@ class ActivityAdmin(admin.ModelAdmin):
         css = {"all": ["seckill/admin/admin.css"]}
 
     def get_queryset(self, request):
+        # Every page, list, search, filter, action and autocomplete list of sales starts here.
         return (
             super()
             .get_queryset(request)
+            .filter(sales_visible_filter(request.user))
             .annotate(
                 pending_count=Count("orders", filter=Q(orders__status=Order.Status.PENDING)),
                 paid_count=Count("orders", filter=Q(orders__status=Order.Status.PAID)),
             )
         )
+
+    def sale_rows_filter(self, request, *, via: str) -> Q:
+        """The rows of sales (stock rows, ledger entries) this user may see: the stock admin
+        asks here, below the sale in the layers (``via``: the rows' path to their sale)."""
+        return sales_visible_filter(request.user, via=via)
+
+    def get_list_display(self, request):
+        if sees_every_sale(request.user):  # a merchant's list holds their own sales only
+            return [("product_and_merchant" if c == "product" else c) for c in self.list_display]
+        return self.list_display
+
+    def get_list_filter(self, request):
+        if sees_every_sale(request.user):
+            return [*self.list_filter, ("owner", admin.RelatedOnlyFieldListFilter)]
+        return self.list_filter
 
     def get_changelist_instance(self, request):
         changelist = super().get_changelist_instance(request)
@@ -272,6 +294,17 @@ class ActivityAdmin(admin.ModelAdmin):
         return reverse("activity-page", args=[obj.pk])
 
     # --- the list's columns ---------------------------------------------------------
+
+    @admin.display(description="product", ordering="product__name")
+    def product_and_merchant(self, obj):
+        # The merchant under the product: the list fits 1280 px beside the navigation and the filters.
+        owner = f"by {obj.owner.get_username()}" if obj.owner else "no merchant"
+        return format_html("{}<br><small>{}</small>", obj.product, owner)
+
+    @admin.display(description="merchant", ordering="owner__username")
+    def merchant(self, obj):
+        owner = obj.owner if obj is not None else None
+        return owner.get_username() if owner else "–"
 
     @admin.display(description="price", ordering="seckill_price")
     def price(self, obj):
@@ -337,7 +370,8 @@ class ActivityAdmin(admin.ModelAdmin):
         ]
 
     def _viewable(self, request, activity_id: int) -> Activity:
-        activity = get_object_or_404(Activity.objects.select_related("product"), pk=activity_id)
+        """The sale, if this user may see it; another merchant's answers as a missing one (404)."""
+        activity = get_object_or_404(activities_visible_to(user=request.user).select_related("product"), pk=activity_id)
         if not self.has_view_permission(request, activity):
             raise PermissionDenied
         return activity
@@ -371,7 +405,8 @@ class ActivityAdmin(admin.ModelAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = dict(extra_context or {})
-        activity = Activity.objects.filter(pk=object_id).first() if str(object_id).isdigit() else None
+        visible = activities_visible_to(user=request.user)
+        activity = visible.filter(pk=object_id).first() if str(object_id).isdigit() else None
         if activity is not None:
             allowed = self._allowed_links(request)
             extra["sale_links"] = [
@@ -417,6 +452,12 @@ class ActivityAdmin(admin.ModelAdmin):
         # A refusal counts as protected: the page explains it and a POST deletes nothing.
         return deleted, counts, perms_needed, refusals or protected
 
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "owner":
+            # Staff accounts (the merchants among them), by name; a superuser's choice only.
+            kwargs["queryset"] = get_user_model().objects.filter(is_staff=True).order_by("username")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
         label, help_text = FORM_WORDS.get(db_field.name, (None, None))
@@ -430,8 +471,12 @@ class ActivityAdmin(admin.ModelAdmin):
     # --- saving ---------------------------------------------------------------------------
 
     def save_model(self, request, obj, form, change):
+        if not change and not request.user.is_superuser:
+            obj.owner = request.user  # a merchant's new sale is theirs, whatever was posted
         try:
             activity_save(activity=obj)
+            if change and "owner" in form.changed_data:  # a superuser's form only: read-only otherwise
+                activity_owner_set(activity_id=obj.pk, owner=obj.owner)
         except InsufficientStock as exc:
             messages.error(request, f"Stock not changed: {exc}.")
         except ActivityChangeRefused as exc:  # the form refused it already, unless it changed meanwhile
@@ -439,6 +484,9 @@ class ActivityAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fields = [*super().get_readonly_fields(request, obj), "room_figures_shown"]
+        if not request.user.is_superuser:
+            # Only a superuser hands a sale to another merchant; the others see the name.
+            fields += ["owner", "merchant"]
         if obj is not None:
             locked = activity_locked_fields(activity=_stored(obj))
             fields += [*locked, *(LOCKED_SHOWN[name] for name in locked if name in LOCKED_SHOWN)]
@@ -446,11 +494,12 @@ class ActivityAdmin(admin.ModelAdmin):
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)
-        if obj is None:
-            return fieldsets
-        # A locked field shows the model's label and help; these show merchants' words.
-        locked = activity_locked_fields(activity=_stored(obj))
-        swap = {name: shown for name, shown in LOCKED_SHOWN.items() if name in locked}
+        # The owner as a name, not a link to an account page only superusers may open.
+        swap = {} if request.user.is_superuser else {"owner": "merchant"}
+        if obj is not None:
+            # A locked field shows the model's label and help; these show merchants' words.
+            locked = activity_locked_fields(activity=_stored(obj))
+            swap |= {name: shown for name, shown in LOCKED_SHOWN.items() if name in locked}
         return [
             (title, {**opts, "fields": [swap.get(f, f) if isinstance(f, str) else f for f in opts["fields"]]})
             for title, opts in fieldsets

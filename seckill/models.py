@@ -157,12 +157,28 @@ class Activity(models.Model):
     )
     # The shuffle's seed, kept here once published (the room's Redis keys go at the close).
     room_seed = models.CharField(max_length=64, blank=True, editable=False)
+    # The merchant who runs the sale: the admin shows a merchant only their own sales and
+    # those sales' orders (orders.selectors.activities_visible_to). PROTECT, not SET_NULL:
+    # a sale's orders, addresses and revenue keep a merchant answerable for them, so an
+    # account that still owns sales is deactivated, or its sales handed to another merchant
+    # by a superuser, before it can be deleted. Null: a sale made before owners were
+    # recorded, or left to the shop; only staff who see every sale see it.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("merchant"),
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="sales_owned",
+        help_text=_("The merchant who runs this sale; merchants see only their own sales."),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         verbose_name_plural = "activities"
         ordering = ["-start_at"]
+        permissions = [("view_all_sales", "Can see every merchant's sales")]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(end_at__gt=models.F("start_at")), name="activity_ends_after_start"

@@ -510,3 +510,4 @@ def staff_groups_create() -> None:
 
     import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
     import_module("orders.migrations.0010_merchant_order_grants").grant(apps, None)
+    import_module("seckill.migrations.0007_activity_owner").grant(apps, None)

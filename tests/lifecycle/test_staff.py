@@ -92,10 +92,11 @@ def test_a_reviewer_sees_activities_but_cannot_change_them():
 
 
 def test_a_merchant_changes_activities_but_cannot_resolve_an_anomaly():
-    activity = make_activity(stock=5, warm=False, started=False)  # not yet locked: its price may change
+    merchant, client = staff_member("merchants")
+    # Theirs, and not yet locked: its price may change.
+    activity = make_activity(stock=5, warm=False, started=False, owner=merchant)
     (shopper,) = make_users(1)
     anomaly = _anomaly(activity, shopper)
-    _, client = staff_member("merchants")
     url = reverse("admin:seckill_activity_change", args=[activity.pk])
     response = client.post(url, _activity_form(activity))
     assert response.status_code == 302, response.content.decode()[:2000]

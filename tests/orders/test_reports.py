@@ -1,10 +1,7 @@
 """The reconciliation reports as a reviewer reads them: problems first, the run in words,
 a report's detail in tables (no raw JSON), and the per-sale summary on the report page."""
 
-from importlib import import_module
-
 import pytest
-from django.apps import apps
 from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
@@ -14,6 +11,7 @@ from seckill.reconciliation import reconcile
 from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
 from ..factories import UserFactory, make_activity, make_users
+from ..helpers import staff_groups_create
 from ..lifecycle.helpers import reserve
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def reviewer():
-    import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
+    staff_groups_create()  # with the reviewers' permission to see every sale
     user = UserFactory(username="reviewer", is_staff=True)
     user.groups.add(Group.objects.get(name="reviewers"))
     client = Client()
@@ -95,7 +93,7 @@ def test_in_chromium_at_1280_the_report_page_and_a_report_do_not_overlap(
     settings,
     tmp_path,
 ):
-    import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
+    staff_groups_create()
     settings.SECKILL_REPLAY_GRACE = 0
     activity = make_activity(stock=5)
     (shopper,) = make_users(1)

@@ -21,7 +21,7 @@ from stock.reservations import reservations_pending
 from stock.scripts import ScriptCode, run_purchase
 
 from ..factories import make_activity, make_users
-from ..helpers import form_data, wait_until
+from ..helpers import form_data, staff_member, wait_until
 
 CHANGELIST = "/admin/seckill/activity/"
 
@@ -322,7 +322,9 @@ def test_each_role_is_offered_only_the_actions_it_may_run(merchant):
         "resume_room",
     ]
     assert offered(merchant) == everything  # a superuser
-    assert offered(staff_client("merchant")) == everything[1:]  # no deleting
+    merchant_client = staff_client("merchant")
+    Activity.objects.update(owner=int(merchant_client.session["_auth_user_id"]))  # a merchant lists only theirs
+    assert offered(merchant_client) == everything[1:]  # no deleting
     assert offered(staff_client("reviewer")) == []  # looks only
 
 
@@ -334,3 +336,73 @@ def test_a_reviewer_cannot_duplicate_and_a_missing_sale_is_404(merchant):
     assert "Duplicate sale" not in reviewer.get(f"/admin/seckill/activity/{activity.pk}/change/").content.decode()
     assert merchant.post("/admin/seckill/activity/999999/duplicate/").status_code == 404
     assert Activity.objects.count() == 1
+
+
+# --- the sale's owner ---------------------------------------------------------------------
+
+
+def change_form(activity, **overrides) -> dict:
+    """The change form of a scheduled ``activity`` as its page posts it, with ``overrides``."""
+    start, end = timezone.localtime(activity.start_at), timezone.localtime(activity.end_at)
+    stored = {
+        "title": activity.title,
+        "product": activity.product_id,
+        "start_at_0": start.strftime("%Y-%m-%d"),
+        "start_at_1": start.strftime("%H:%M:%S"),
+        "end_at_0": end.strftime("%Y-%m-%d"),
+        "end_at_1": end.strftime("%H:%M:%S"),
+        "total_stock": str(activity.total_stock),
+        "safety_stock": str(activity.safety_stock),
+        "per_user_limit": str(activity.per_user_limit),
+        "stock-TOTAL_FORMS": "1",
+        "stock-INITIAL_FORMS": "1",
+        "stock-0-id": str(SeckillStock.objects.get(activity=activity).pk),
+        "stock-0-activity": str(activity.pk),
+    }
+    return form_data(**{**stored, **overrides})
+
+
+@pytest.mark.django_db
+def test_a_new_sale_belongs_to_the_merchant_who_made_it_or_to_whom_a_superuser_chose():
+    alpha, alpha_client = staff_member("merchants")
+    bravo, _ = staff_member("merchants")
+    _, root = staff_member(None)
+
+    page = alpha_client.get("/admin/seckill/activity/add/").content.decode()
+    assert 'name="owner"' not in page  # read-only for a merchant
+    forged = alpha_client.post("/admin/seckill/activity/add/", form_data(title="Alpha's", owner=str(bravo.pk)))
+    assert forged.status_code == 302, forged.content.decode()[-3000:]
+    assert Activity.objects.get(title="Alpha's").owner == alpha
+
+    assert 'name="owner"' in root.get("/admin/seckill/activity/add/").content.decode()
+    assert root.post("/admin/seckill/activity/add/", form_data(title="Bravo's", owner=str(bravo.pk))).status_code == 302
+    assert Activity.objects.get(title="Bravo's").owner == bravo
+    assert root.post("/admin/seckill/activity/add/", form_data(title="The shop's")).status_code == 302
+    assert Activity.objects.get(title="The shop's").owner is None  # seen only by staff who see every sale
+
+
+@pytest.mark.django_db
+def test_only_a_superuser_hands_a_sale_to_another_merchant():
+    alpha, alpha_client = staff_member("merchants")
+    bravo, bravo_client = staff_member("merchants")
+    _, root = staff_member(None)
+    activity = make_activity(stock=5, started=False, warm=False, owner=alpha)
+    url = f"/admin/seckill/activity/{activity.pk}/change/"
+
+    page = alpha_client.get(url).content.decode()
+    assert 'name="owner"' not in page and alpha.username in page  # shown, not editable
+    forged = alpha_client.post(url, change_form(activity, title="Renamed", owner=str(bravo.pk)))
+    assert forged.status_code == 302, forged.content.decode()[-3000:]
+    activity.refresh_from_db()
+    assert (activity.title, activity.owner) == ("Renamed", alpha)  # the edit saved, the owner kept
+
+    assert 'name="owner"' in root.get(url).content.decode()
+    assert root.post(url, change_form(activity, owner=str(bravo.pk))).status_code == 302
+    activity.refresh_from_db()
+    assert activity.owner == bravo
+    # Now it is Bravo's: Alpha's page answers as for a sale that does not exist.
+    missing = alpha_client.get("/admin/seckill/activity/987654321/change/")
+    gone = alpha_client.get(url)
+    assert (gone.status_code, gone["Location"]) == (missing.status_code, missing["Location"])
+    assert alpha_client.get(f"/admin/seckill/activity/{activity.pk}/live/").status_code == 404
+    assert bravo_client.get(url).status_code == 200

@@ -14,6 +14,7 @@ from core.metrics import PURCHASES
 from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_pay, orders_create_from_reservations
 from seckill.dashboard import SaleStatus, live_figures, purchase_refusals, sale_status
+from seckill.models import Activity
 from stock.keys import ActivityKeys
 from stock.redis_client import reset_stock_redis, stock_redis
 from stock.reservations import reservations_pending
@@ -24,10 +25,13 @@ from ..factories import ProductFactory, make_activity, make_users
 from ..helpers import free_port
 
 
-def staff(role: str) -> Client:
-    """A logged-in member of the staff group ``role + "s"`` (orders/migrations/0003_staff_groups.py)."""
+def staff(role: str, *, owns=None) -> Client:
+    """A logged-in member of the staff group ``role + "s"`` (orders/migrations/0003_staff_groups.py),
+    owner of the sale ``owns`` (a merchant sees only their own)."""
     user = get_user_model().objects.create_user(f"{role}-{uuid.uuid4().hex[:8]}", password="pw", is_staff=True)
     user.groups.add(Group.objects.get(name=f"{role}s"))
+    if owns is not None:
+        Activity.objects.filter(pk=owns.pk).update(owner=user)
     client = Client()
     client.force_login(user)
     return client
@@ -108,7 +112,7 @@ def test_the_page_and_its_json_for_each_role(merchant):
     buy(activity, make_users(1))
     page = f"/admin/seckill/activity/{activity.pk}/live/"
     data = f"/admin/seckill/activity/{activity.pk}/live.json"
-    for client in (merchant, staff("merchant"), staff("reviewer")):
+    for client in (merchant, staff("merchant", owns=activity), staff("reviewer")):
         html = client.get(page)
         assert html.status_code == 200
         body = html.content.decode()
@@ -118,7 +122,8 @@ def test_the_page_and_its_json_for_each_role(merchant):
         assert answer.status_code == 200 and "no-store" in answer["Cache-Control"]
         assert answer.json()["sold"] == 1 and answer.json()["status"] == "live"
     # Links only to what the role may open: a reviewer may review anomalies, a merchant may not.
-    reviewer, as_merchant = staff("reviewer").get(page).content.decode(), staff("merchant").get(page).content.decode()
+    reviewer = staff("reviewer").get(page).content.decode()
+    as_merchant = staff("merchant", owns=activity).get(page).content.decode()
     assert "Review the anomalies" in reviewer and "Review the anomalies" not in as_merchant
     # Both may read the sale's report and see its orders.
     for body in (reviewer, as_merchant):

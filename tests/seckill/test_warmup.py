@@ -261,6 +261,14 @@ def test_create_activity_with_iso_times_and_warmup():
     assert data["warmup"]["remaining"] == 5 and redis_remaining(activity.pk) == 5
 
 
+def test_create_activity_owner_is_the_merchant_named():
+    merchant = get_user_model().objects.create_user("shop-owner", password="pw", is_staff=True)
+    out = run("create_activity", *(f"{k}={v}" for k, v in BASE_ARGS.items()), "--owner=shop-owner")
+    assert Activity.objects.get(pk=json.loads(out)["id"]).owner == merchant
+    out = run("create_activity", *(f"{k}={v}" for k, v in BASE_ARGS.items()))
+    assert Activity.objects.get(pk=json.loads(out)["id"]).owner is None  # seen by staff who see every sale
+
+
 BASE_ARGS = {
     "--title": "T",
     "--product-name": "P",
@@ -289,9 +297,12 @@ BASE_ARGS = {
         ({"--per-user-limit": "0"}, "per"),
         ({"--shards": "0"}, "shards"),
         ({"--pay-timeout": "-1"}, "pay_timeout"),
+        ({"--owner": "nobody"}, "--owner 'nobody': no account"),
+        ({"--owner": "a-shopper"}, "not a staff account"),
     ],
 )
 def test_create_activity_bad_arguments_are_helpful_errors_and_write_nothing(override, message):
+    get_user_model().objects.create_user("a-shopper", password="pw")
     args = [f"{k}={v}" for k, v in {**BASE_ARGS, **override}.items()]
     with pytest.raises(CommandError) as excinfo:
         run("create_activity", *args)
@@ -344,3 +355,12 @@ def test_seed_demo_is_idempotent():
     assert Token.objects.filter(user=shopper).exists()
     live = next(a for a in Activity.objects.all() if a.phase == "live")
     assert buy(shopper, live) == 202
+
+
+def test_seed_demo_makes_the_demo_merchant_the_owner_of_the_demo_sales():
+    run("seed_demo")
+    merchant = get_user_model().objects.get(username="merchant")
+    assert [a.owner for a in Activity.objects.all()] == [merchant, merchant]
+    Activity.objects.update(owner=None)  # sales seeded before sales had owners
+    run("seed_demo")
+    assert [a.owner for a in Activity.objects.all()] == [merchant, merchant]

@@ -1,6 +1,7 @@
 import json
 from decimal import Decimal, InvalidOperation
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
@@ -26,6 +27,17 @@ def _money(value: str, option: str) -> Decimal:
     except ValidationError as exc:
         raise CommandError(f"{option} {value!r}: {' '.join(exc.messages)}") from exc
     return amount
+
+
+def _owner(username: str | None):
+    if username is None:
+        return None
+    owner = get_user_model().objects.filter(username=username).first()
+    if owner is None:
+        raise CommandError(f"--owner {username!r}: no account has that username")
+    if not owner.is_staff:
+        raise CommandError(f"--owner {username!r} is not a staff account: a merchant runs sales in the admin")
+    return owner
 
 
 class Command(BaseCommand):
@@ -56,6 +68,12 @@ class Command(BaseCommand):
         parser.add_argument("--admission-rate", type=int, default=20, help="shoppers the room lets in per second")
         parser.add_argument("--admission-cap", type=int, default=200, help="let in and not done, at most (0: none)")
         parser.add_argument("--admission-window", type=int, default=120, help="seconds to buy once let in")
+        parser.add_argument(
+            "--owner",
+            metavar="USERNAME",
+            default=None,
+            help="the merchant who runs the sale (a staff account); without it only staff who see every sale see it",
+        )
         parser.add_argument("--warmup", action="store_true", help="load the stock into Redis now")
 
     def handle(self, *args, **o):
@@ -67,6 +85,7 @@ class Command(BaseCommand):
         start_at, end_at = parse_when(o["start"], now=now), parse_when(o["end"], now=now)
         if end_at <= start_at:
             raise CommandError(f"--end ({end_at.isoformat()}) must be after --start ({start_at.isoformat()})")
+        owner = _owner(o["owner"])
         try:
             with transaction.atomic():
                 product, _ = Product.objects.get_or_create(name=o["product_name"], defaults={"list_price": list_price})
@@ -82,6 +101,7 @@ class Command(BaseCommand):
                     safety_stock=o["safety_stock"],
                     db_reserve=o["db_reserve"],
                     pay_timeout=o["pay_timeout"],
+                    owner=owner,
                 )
                 if o["admission"] == "room":
                     activity.admission_mode = Activity.AdmissionMode.ROOM

@@ -12,7 +12,7 @@ from django.utils.formats import date_format
 from rest_framework.authtoken.models import Token
 
 from inventory.models import Product
-from seckill.activities import activity_create, activity_save
+from seckill.activities import activity_create, activity_owner_set, activity_save
 from seckill.lifecycle import activity_warmup
 from seckill.models import Activity
 
@@ -60,9 +60,9 @@ DEMO_ROOM = {"room_prequeue_minutes": 15, "room_rate": 2, "room_cap": 10, "room_
 
 class Command(BaseCommand):
     help = (
-        "Demo data: an admin (password shown once), shoppers, a merchant and a reviewer, a sale "
-        "already running and one opening five minutes later through a waiting room. Re-running reuses "
-        "what is there."
+        "Demo data: an admin (password shown once), shoppers, a merchant (who owns the demo sales) and a "
+        "reviewer, a sale already running and one opening five minutes later through a waiting room. "
+        "Re-running reuses what is there."
     )
 
     def add_arguments(self, parser):
@@ -73,8 +73,9 @@ class Command(BaseCommand):
         self._accounts()
         now = timezone.now()
         sales: list[dict] = []
+        merchant = get_user_model().objects.get(username="merchant")
         for spec in DEMO_SALES:
-            activity = self._sale(spec, now)
+            activity = self._sale(spec, now, owner=merchant)
             sales.append(
                 {
                     "id": activity.pk,
@@ -128,9 +129,10 @@ class Command(BaseCommand):
             if group is not None:
                 user.groups.add(group)
 
-    def _sale(self, spec: DemoSale, now) -> Activity:
+    def _sale(self, spec: DemoSale, now, *, owner) -> Activity:
         """The demo sale of ``spec``'s product that is not over yet (title brought up to
-        date), or a new one: one set of demo sales, however often this runs."""
+        date), or a new one: one set of demo sales, however often this runs. The demo
+        merchant owns it."""
         product, _ = Product.objects.get_or_create(
             name=spec.product, defaults={"list_price": spec.list_price, "description": spec.description}
         )
@@ -149,6 +151,7 @@ class Command(BaseCommand):
                 start_at=start,
                 end_at=start + timedelta(hours=2),
                 total_stock=spec.stock,
+                owner=owner,
             )
             if spec.room:
                 Activity.objects.filter(pk=activity.pk).update(admission_mode=Activity.AdmissionMode.ROOM, **DEMO_ROOM)
@@ -156,6 +159,9 @@ class Command(BaseCommand):
         elif activity.title != spec.title:  # an older title may state a time that is no longer true
             activity.title = spec.title
             activity = activity_save(activity=activity)
+        if activity.owner_id is None:  # a sale seeded before sales had owners
+            activity_owner_set(activity_id=activity.pk, owner=owner)
+            activity.refresh_from_db()
         if activity.status == Activity.Status.SCHEDULED:
             activity_warmup(activity_id=activity.pk, force=True)
             activity.refresh_from_db()
