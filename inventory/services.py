@@ -56,12 +56,12 @@ def stock_lock(*, activity_id: int) -> None:
     list(SeckillStock.objects.select_for_update().filter(activity_id=activity_id).values_list("pk", flat=True))
 
 
-def stock_reserve_release(*, activity_id: int) -> int | None:
-    """Hand what is left of the reserve to Redis's share (Redis's share sold out: the
-    reserve would otherwise stay unsold). Returns the units ever released (the figure to
-    bring Redis's ``loaded`` up by), or None when there was nothing to release. A
-    database-path sale at the same moment is ordered by the row lock: it took its unit
-    before, or finds the reserve empty."""
+def stock_reserve_release(*, activity_id: int) -> int:
+    """Hand what is left of the reserve to Redis's share (Redis's share could not cover a
+    purchase: the reserve would otherwise stay unsold). Returns the units ever released to
+    Redis's share (the figure ``StockLayout.handover`` brings Redis up to). A database-path
+    sale at the same moment is ordered by the row lock: it took its unit before, or finds
+    the reserve empty. The reserve never grows again (``stock_return``)."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {SeckillStock._meta.db_table} SET released = released + reserve, reserve = 0,"
@@ -69,7 +69,9 @@ def stock_reserve_release(*, activity_id: int) -> int | None:
             [activity_id],
         )
         row = cursor.fetchone()
-    return None if row is None else int(row[0])
+    if row is not None:
+        return int(row[0])
+    return SeckillStock.objects.filter(activity_id=activity_id).values_list("released", flat=True).first() or 0
 
 
 class _PreparedCursor(psycopg.Cursor):
@@ -198,8 +200,11 @@ def stock_deduct(*, activity_id: int, orders: Sequence, share: Share, reason: st
 
 
 def stock_return(*, activity_id: int, orders: Iterable, share: Share, reason: str) -> None:
-    """Put the units of ``orders`` (just cancelled, same transaction) back into the share
-    they were sold from."""
+    """Put the units of ``orders`` (just cancelled, same transaction) back on sale: those
+    of Redis's share back into it; those the database path sold from the reserve into
+    Redis's share too, counted as released to it (``released``), for
+    ``StockLayout.handover`` to add to Redis after the commit. The reserve itself never
+    grows once a sale is warmed, so the reserve Redis counts can never be below it."""
     orders = list(orders)
     units = sum(o.quantity for o in orders)
     if units <= 0:
@@ -209,7 +214,8 @@ def stock_return(*, activity_id: int, orders: Iterable, share: Share, reason: st
         activity_id=activity_id,
         orders=orders,
         delta=units,
-        reserve="reserve + %(units)s" if share is Share.RESERVE else "reserve",
+        reserve="reserve",
+        released="released + %(units)s" if share is Share.RESERVE else "released",
         guard="available <= total - %(units)s",
         kind=StockMovement.Kind.RETURN,
         reason=reason,
@@ -222,7 +228,8 @@ def stock_return(*, activity_id: int, orders: Iterable, share: Share, reason: st
 # instance or ORM compilation per call; the rows travel as arrays.
 _STOCK_MOVE_SQL = """
 WITH moved AS (
-    UPDATE {stock} SET available = available + %(delta)s, reserve = {reserve}, version = version + 1
+    UPDATE {stock} SET available = available + %(delta)s, reserve = {reserve}, released = {released},
+        version = version + 1
     WHERE activity_id = %(activity_id)s AND {guard}
     RETURNING activity_id
 )
@@ -235,9 +242,17 @@ ORDER BY m.position
 
 
 def _stock_move(
-    *, activity_id: int, orders: Iterable, delta: int, reserve: str, guard: str, kind: str, reason: str
+    *,
+    activity_id: int,
+    orders: Iterable,
+    delta: int,
+    reserve: str,
+    guard: str,
+    kind: str,
+    reason: str,
+    released: str = "released",
 ) -> bool:
-    """Change ``available`` by ``delta`` and ``reserve`` as given where ``guard`` holds, and
+    """Change ``available`` by ``delta`` and ``reserve`` and ``released`` as given where ``guard`` holds, and
     write one ledger row per order (every change of ``available`` is explained). False,
     nothing written, when the guard failed."""
     order_ids, quantities = [], []
@@ -245,7 +260,11 @@ def _stock_move(
         order_ids.append(o.pk)
         quantities.append(o.quantity)
     sql = _STOCK_MOVE_SQL.format(
-        stock=SeckillStock._meta.db_table, ledger=StockMovement._meta.db_table, guard=guard, reserve=reserve
+        stock=SeckillStock._meta.db_table,
+        ledger=StockMovement._meta.db_table,
+        guard=guard,
+        reserve=reserve,
+        released=released,
     )
     params: dict[str, Any] = {
         "delta": delta,

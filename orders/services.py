@@ -27,6 +27,7 @@ from inventory.services import (
     stock_return,
 )
 from seckill.models import Activity
+from stock.handover import released_units_hand_over
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
@@ -525,13 +526,15 @@ def orders_units_return(*, orders: list[Order]) -> int:
 
 def order_units_return_safely(*, order: Order) -> bool:
     """The one place a cancelled order's units go back to Redis: ``order`` carries the
-    shard the units came from. A reserve order's units never were in Redis: its shopper
-    is freed there, nothing more."""
+    shard the units came from. A database-path order's units never were in Redis: the
+    cancel released them to Redis's share in the database (``stock_return``), and the
+    hand-over adds them to Redis's stock; its shopper is freed."""
     try:
         if order.from_reserve:
-            return order_participant_free(
+            freed = order_participant_free(
                 activity_id=order.activity_id, user_id=order.user_id, reservation_id=order.reservation_id
             )
+            return released_units_hand_over(activity_id=order.activity_id) > 0 or freed
         return order_units_return(
             activity_id=order.activity_id,
             order_no=order.order_no,

@@ -29,7 +29,8 @@ from .listing import PageNotFound, activities_page, page_number_parse
 from .models import Activity
 from .pages import page_flag
 from .purchase import purchase_reserve
-from .selectors import ActivitySnapshot, activity_snapshot, purchase_result, redis_remaining_many
+from .room import room_ticket_consume
+from .selectors import ActivitySnapshot, activity_snapshot, purchase_result, units_left_many
 from .serializers import (
     ActivitySerializer,
     CaptchaSerializer,
@@ -60,8 +61,11 @@ def error_json(exc: ApiError) -> JsonResponse:
 
 
 def purchase_queued(admitted: Admitted) -> dict:
-    """The stock script (202, or 409/410/503 raised) for a purchase that passed the checks."""
+    """The stock script (202, or 409/410/503 raised) for a purchase that passed the checks;
+    a waiting room's ticket is used for good once it has reserved."""
     reserved = purchase_reserve(activity=admitted.activity, user_id=admitted.user_id, quantity=admitted.body.quantity)
+    if admitted.ticket_nonce is not None:
+        room_ticket_consume(admitted.activity, user_id=admitted.user_id, nonce=admitted.ticket_nonce)
     return {"code": "queued", "reservation": reserved.reservation_id, "remaining": reserved.remaining}
 
 
@@ -126,7 +130,7 @@ class ActivityDetailApi(APIView):
         activity = Activity.objects.select_related("product").filter(pk=snapshot_or_404(activity_id).id).first()
         if activity is None:
             raise activity_absent()
-        remaining = redis_remaining_many([activity.pk])
+        remaining = units_left_many([activity.pk])
         return Response(ActivitySerializer(activity, context={"remaining": remaining}).data)
 
 

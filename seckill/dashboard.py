@@ -25,7 +25,7 @@ from stock.redis_client import stock_redis
 
 from .breaker import redis_away
 from .models import Activity
-from .selectors import redis_remaining_many
+from .selectors import units_left_many
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def sale_statuses(activities: list[Activity], now: datetime | None = None) -> tu
 
 def shown_remaining(activity_ids: list[int]) -> dict[int, int | None]:
     try:
-        return redis_remaining_many(activity_ids)
+        return units_left_many(activity_ids)
     except redis.RedisError:
         return dict.fromkeys(activity_ids)
 

@@ -16,7 +16,8 @@ use them through the circuit breaker (``seckill.breaker``).
   units), and only a stock with nothing left anywhere answers 410 ``sold_out``.
 * ``reserve_participants_sync``: the shoppers of database-path orders get their records
   in Redis (run by the breaker's probe before it closes, and by beat), so they cannot
-  buy again through Redis; those whose database-path order was cancelled are freed.
+  buy again through Redis; those whose database-path order was cancelled are freed. The
+  reserve Redis counts comes down to what the database path left of it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
 from orders.models import DB_PATH_PREFIX, Order
 from orders.services import OrderDuplicate, order_create_direct
+from stock.handover import released_units_hand_over
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 
@@ -117,6 +119,9 @@ def reserve_participants_sync() -> int:
         gone = {u: r for u, r, status in rows if status not in Order.LIVE_STATUSES and u not in live}
         changed += layout.records_add(client, {u: layout.record(0, r) for u, r in live.items()})
         changed += layout.records_clear(client, {u: layout.record(0, r) for u, r in gone.items()})
+        # The reserve Redis counts comes down to what the database path left of it, and the
+        # units of its cancelled orders join Redis's stock.
+        released_units_hand_over(activity_id=activity_id)
     if changed:
         logger.info("database-path shoppers: %s records written to or removed from Redis", changed)
     return changed

@@ -467,6 +467,7 @@ class Admitted:
     user_id: int
     body: PurchaseBody
     now: datetime
+    ticket_nonce: str | None = None  # a waiting room's ticket, consumed once the purchase reserves
 
 
 # Authenticates the shopper (raising AuthenticationFailed or ApiError 401) and returns the
@@ -494,10 +495,10 @@ def purchase_admit(request, *, activity: ActivitySnapshot, data, now: datetime, 
     if refused is not None:
         raise refused
     assert body is not None
-    room_ticket_check(activity, user_id=user_id, ticket=data.get("ticket"), now=now)  # a waiting room's ticket
+    nonce = room_ticket_check(activity, user_id=user_id, ticket=data.get("ticket"), now=now)
     purchase_admission_check(activity)
     purchase_shopper_check(request, activity=activity, user_id=user_id, body=body, now=now)
-    return Admitted(activity, user_id, body, now)
+    return Admitted(activity, user_id, body, now, ticket_nonce=nonce)
 
 
 class NotRemembered(Exception):

@@ -1,5 +1,5 @@
 """An activity's stock in Redis over its life: warm-up (and forced re-warm), a change of layout
-(shard count), the display total, and the close that stops selling, reconciles and removes the keys."""
+(shard count), and the close that stops selling, reconciles and removes the keys."""
 
 import logging
 import time
@@ -174,7 +174,15 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
         # that moves the stock also moves a term of the derivation by as much, so a
         # stock that went away and came back to the same figure is still right.)
         loaded = activity.redis_loaded_units + db["db_reserve_released"]  # and the reserve Redis was given
-        written = layout.warm(client, picture=picture.redis, remaining=remaining, loaded=loaded, epoch=epoch)
+        written = layout.warm(
+            client,
+            picture=picture.redis,
+            remaining=remaining,
+            loaded=loaded,
+            reserve=db["db_reserve_left"],
+            handed=db["db_reserve_released"],
+            epoch=epoch,
+        )
         if written:
             break
 
@@ -201,8 +209,6 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
     # Read back what Redis holds now and compare it with the database. Once the sale
     # runs, purchases may already have moved the stock; the loaded units may not move.
     read_stock, read_loaded = layout.totals(client)
-    if layout.sharded:
-        display_total_refresh(activity_id=activity_id, shards=layout.shards, create=True)
     expected_stock = remaining + sum(o.quantity for o in after.not_returned)
     if (
         read_stock is None
@@ -312,22 +318,6 @@ def _activity_relayout_logged(*, activity_id: int, old_shards: int) -> None:
         activity_stock_relayout(activity_id=activity_id, old_shards=old_shards)
     except (WarmupError, redis.RedisError) as exc:  # reconciliation and the close still see those keys
         logger.error("removing the old stock layout of activity %s failed: %s", activity_id, exc)
-
-
-def display_total_refresh(*, activity_id: int, shards: int, create: bool = False) -> int | None:
-    """S > 1: store the sum of the shard stocks where pages read the remaining units
-    (removed while any shard is not warmed, so pages show "not warmed" then).
-
-    Only the warm-up ``create``s it (under the lifecycle lock); beat's refresh updates
-    one that exists (SET XX), so a refresh that read the shards just before the close
-    removed them cannot write it back for the ended activity."""
-    client, keys = stock_redis(), ActivityKeys(activity_id)
-    stock, _ = StockLayout(activity_id, shards).totals(client)
-    if stock is None:
-        client.delete(keys.display)
-    else:
-        client.set(keys.display, stock, xx=not create)
-    return stock
 
 
 def activity_stop_selling(*, activity_id: int) -> None:

@@ -1,23 +1,20 @@
 """The sale lists (`/api/activities/` and `/`): upcoming and live sales first, newest
 first, then the ended ones; a page at a time, each page built once per
 ``SECKILL_LIST_CACHE_TTL`` in this process, with one stock read per listed activity
-(one pipeline): the figure pages show, the stock key or (S > 1) the display total."""
+(``seckill.selectors.units_left_many``): the units still for sale, the reserve's included."""
 
 import logging
 from dataclasses import dataclass
 
-import redis
 from django.conf import settings
 from django.db.models import Case, IntegerField, Q, Value, When
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from core.memory import MISSING, ProcessMemory
-from stock.keys import ActivityKeys
-from stock.redis_client import stock_redis
 
-from .breaker import redis_away
 from .models import Activity
+from .selectors import units_left_many
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +48,9 @@ SOLD_OUT = "sold_out"
 
 def card_state(*, phase: str, remaining: int | None) -> tuple[str, str]:
     """The badge a listed sale wears, (css name, label): its phase, or "sold out" while
-    it is live with nothing left (the figure shown: the display total with S > 1). Units
-    that come back (a cancelled order) make it "live" again."""
+    it is live with nothing left (the units for sale, the reserve's included: the same
+    fact as a ``sold_out`` answer). Units that come back (a cancelled order) make it
+    "live" again."""
     if phase == Activity.Phase.LIVE and remaining is not None and remaining <= 0:
         return SOLD_OUT, str(_("sold out"))
     return phase, str(Activity.Phase(phase).label)
@@ -98,24 +96,6 @@ def _page_build(number: int) -> ActivityPage:
     count = Activity.objects.count()
     start = (number - 1) * LIST_PAGE_SIZE
     activities = list(activities_ordered()[start : start + LIST_PAGE_SIZE]) if start < count else []
-    return ActivityPage(number=number, count=count, activities=activities, remaining=_displayed_remaining(activities))
-
-
-def _displayed_remaining(activities: list[Activity]) -> dict[int, int | None]:
-    """The figure each page shows, one GET per activity in one pipeline: the stock key,
-    or with S > 1 the display total beat sums from the shards. None when not warmed or
-    while Redis is away (the page still shows, without the figure)."""
-    unknown: dict[int, int | None] = {a.pk: None for a in activities}
-    if not activities or redis_away():
-        return unknown
-    # A pipeline, not MGET: the keys live in different Redis Cluster slots.
-    pipe = stock_redis().pipeline(transaction=False)
-    for activity in activities:
-        keys = ActivityKeys(activity.pk)
-        pipe.get(keys.display if activity.shards > 1 else keys.stock)
-    try:
-        values = pipe.execute()
-    except redis.RedisError as exc:
-        logger.warning("listed stock unknown, Redis unavailable: %s", exc)
-        return unknown
-    return {a.pk: (int(v) if v is not None else None) for a, v in zip(activities, values, strict=True)}
+    return ActivityPage(
+        number=number, count=count, activities=activities, remaining=units_left_many([a.pk for a in activities])
+    )

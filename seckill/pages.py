@@ -18,7 +18,7 @@ from core.memory import ProcessMemory, shallow_size
 
 from .activities import activity_flag
 from .models import Activity
-from .selectors import ActivitySnapshot, redis_remaining_many
+from .selectors import ActivitySnapshot, units_left_many
 from .soldout import sold_out_known
 
 
@@ -44,11 +44,11 @@ def activity_page_path(*, activity_id: int, language: str) -> str:
 def page_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:
     """The flag the page polls (flag.js and the JSON flag): the contract's fields, plus what
     is left to sell, for the live state the cached page cannot carry. ``remaining`` is the
-    figure the list shows (the display total with S > 1), None when unknown (not warmed,
-    Redis away); ``sold_out`` is true when it is 0, or while this process remembers Redis
-    saying so (no Redis read then)."""
+    figure the list shows (the units for sale, the reserve's included), None when unknown
+    (not warmed, Redis away); ``sold_out`` is true when it is 0, or while this process
+    remembers a purchase being told so (no Redis read then): the same fact either way."""
     flag = activity_flag(activity=activity, now=now)
-    remaining = 0 if sold_out_known(activity.id) else redis_remaining_many([activity.id])[activity.id]
+    remaining = 0 if sold_out_known(activity.id) else units_left_many([activity.id])[activity.id]
     flag["remaining"] = max(0, remaining) if remaining is not None else None
     flag["sold_out"] = remaining is not None and remaining <= 0
     return flag

@@ -1,12 +1,16 @@
 """The purchase: one atomic Redis script, or the database path while Redis is away."""
 
 import asyncio
+import contextlib
 import functools
 import logging
 
 import redis
+from django.core.exceptions import SynchronousOnlyOperation
 
-from core.errors import ApiError, busy
+from core.errors import DATABASE_AWAY, ApiError, busy
+from stock.handover import reserve_hand_over
+from stock.keys import ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import PurchaseReply, ScriptCode
@@ -17,10 +21,15 @@ from .fallback import Reserved, purchase_fallback, reserve_participants_sync
 from .selectors import (
     ActivitySnapshot,
 )
-from .soldout import sold_out_note
+from .soldout import sold_out_note, sold_out_remember
 from .took_part import took_part_refusal, took_part_remember
 
 logger = logging.getLogger(__name__)
+
+# How long a purchase that found Redis's share short while the reserve holds units waits
+# for the hand-over (its own or another process's) before it answers busy. A hand-over is
+# one database update and one script: milliseconds.
+HANDOVER_WAIT = 2.0
 
 
 def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:
@@ -50,6 +59,11 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
             # A pending claim that an error left behind, without a reservation: gone, so
             # this purchase is the shopper's next attempt.
             reply = _reserve(activity, user_id=user_id, quantity=quantity)
+        if reply.code == ScriptCode.HELD:
+            # Redis's share is short but the reserve is not empty: "sold out" would not be
+            # final. The reserve joins Redis's share, then the purchase asks again.
+            _reserve_handed_over(activity.id)
+            reply = _reserve(activity, user_id=user_id, quantity=quantity)
     except redis.TimeoutError as exc:
         # The script may have run: the outcome is unknown, so no second path may sell.
         breaker.record_failure(ticket)
@@ -65,10 +79,13 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         raise
     breaker.record_success(ticket)
 
-    # S > 1: one shard's figure (and a refusal after three tries) proves nothing about the others.
+    # S > 1: one shard's figure proves nothing about the others; its "sold out" is checked
+    # over every shard and the reserve (stock.scripts._sharded_last_word), so it is a fact.
     whole_stock = not StockLayout(activity.id, activity.shards).sharded
     if whole_stock and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
         sold_out_note(activity.id, reply.remaining)  # "none left" is answered here, without Redis, for a moment
+    elif reply.code == ScriptCode.SOLD_OUT:
+        sold_out_remember(activity.id)
     if reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE):
         took_part_remember(activity.id, user_id)  # a retry is answered 409 here, for a moment
     if reply.code == ScriptCode.RESERVED:
@@ -82,6 +99,8 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     if reply.code == ScriptCode.NOT_WARMED:
         logger.error("purchase: activity %s is live but not warmed", activity.id)
         raise busy("The sale is not ready yet; please try again in a moment.")
+    if reply.code in (ScriptCode.HELD, ScriptCode.UNSETTLED):
+        raise busy("Units are being put back on sale; please try again in a moment.")
     raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
 
 
@@ -89,6 +108,34 @@ def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int) -> Purc
     return StockLayout(activity.id, activity.shards).reserve(
         stock_redis(), user_id=user_id, quantity=quantity, limit=activity.per_user_limit
     )
+
+
+def _reserve_handed_over(activity_id: int) -> None:
+    """The reserve handed over to Redis's share, by this process or another (one at a time,
+    under a redis-py Lock); returns once it is, raises busy after ``HANDOVER_WAIT``. The
+    database update needs a thread of its own: on the server's event loop this asks for
+    the thread pool (config/front.py runs the purchase there again)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise SynchronousOnlyOperation("the reserve's hand-over updates the database")
+    keys = ActivityKeys(activity_id)
+    client = stock_redis()
+    lock = client.lock(keys.handover_lock, timeout=30, sleep=0.005, blocking_timeout=HANDOVER_WAIT)
+    if not lock.acquire():
+        raise busy("Units are being put back on sale; please try again in a moment.")
+    try:
+        if int(client.get(keys.reserve) or 0) > 0:  # not handed over by the holder before us
+            added = reserve_hand_over(activity_id=activity_id)
+            logger.info("activity %s: Redis's share ran short; %s reserve units joined it", activity_id, added)
+    except DATABASE_AWAY as exc:
+        logger.warning("activity %s: the reserve's hand-over waits for the database: %s", activity_id, exc)
+        raise busy("Units are being put back on sale; please try again in a moment.") from exc
+    finally:
+        with contextlib.suppress(redis.exceptions.LockError):
+            lock.release()
 
 
 def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int, quantity: int) -> Reserved:

@@ -5,7 +5,8 @@ stock loaded into Redis = Redis remaining + reserved-not-ordered + pending + pai
                           (of orders from Redis reservations)
 DB total                = DB available + pending + paid units
 database reserve        = reserve left + pending + paid units of database-path orders
-                          + units released to Redis's share (once it sold out)
+                          + units released to Redis's share (the reserve handed over,
+                          and the units of cancelled database-path orders)
 
 Buckets and their actions:
 - reserved_not_ordered (log entries without an order): those older than the replay
@@ -14,8 +15,8 @@ Buckets and their actions:
 - pending_past_deadline: cancelled with reason "timeout" (stock back to both sides).
 - cancelled_not_returned (cancelled orders of Redis reservations not in the Redis
   ``returned`` set, which names the cancelled orders whose units are in the stock key):
-  their units are returned to Redis, once. (A database-path order's units go back to
-  the reserve in the cancel's own transaction; Redis never had them.)
+  their units are returned to Redis, once. (A database-path order's units join Redis's
+  share in the cancel's own transaction, counted as released; the hand-over adds them.)
 - not_deducted (live orders without a DEDUCT ledger row): deducted now when the
   database has the units in excess (the deduction never happened); a paid one, and
   one whose ledger row alone is missing, becomes an anomaly.
@@ -37,7 +38,6 @@ from django.utils import timezone
 
 from core import metrics
 from inventory.models import SeckillStock, StockMovement
-from inventory.services import stock_reserve_release
 from orders.models import DB_PATH_PREFIX, AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary
 from orders.services import (
     anomaly_record,
@@ -45,6 +45,7 @@ from orders.services import (
     orders_expire_overdue,
     orders_units_return,
 )
+from stock.handover import released_units_hand_over, reserve_hand_over
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import StockRedis, stock_redis
@@ -303,22 +304,20 @@ def _act(activity_id: int, m: Measurement, grace: float) -> tuple[dict, int]:
 
 def _reserve_release(activity_id: int, m: Measurement) -> int:
     """Redis's share sold out (its stock 0, on a consistent picture) while the database
-    reserve still holds units: they join Redis's share, so they are sold rather than kept
-    for an outage that did not come. The database first (the database path can no longer
-    sell them), then Redis's ``loaded`` and stock by as much (``top_up.lua``, idempotent).
-    If Redis fails in between, Redis counts fewer units than the database (never more)
-    and the next run tops it up. Returns the units added to Redis's stock."""
+    reserve still holds units: they join Redis's share (``stock.handover``). A purchase
+    that finds the share short hands the reserve over itself; this is the net behind it.
+    Every run also brings Redis up to what the database has released to its share (the
+    units of cancelled database-path orders, a hand-over that reached only the database)
+    and the reserve Redis counts down to the database's. Returns the units added to
+    Redis's stock."""
     if m.redis.loaded is None:
         return 0  # not warmed: the warm-up derives the stock with whatever was released
-    released = m.db["db_reserve_released"]
     if m.consistent and m.redis.stock == 0 and m.db["db_reserve_left"] > 0:
-        released = stock_reserve_release(activity_id=activity_id) or released
-    activity = Activity.objects.only("pk", "total_stock", "safety_stock", "db_reserve", "shards").get(pk=activity_id)
-    expected = activity.redis_loaded_units + released
-    if m.redis.loaded >= expected:
-        return 0
-    added = StockLayout(activity_id, activity.shards).top_up(stock_redis(), loaded=expected)
-    logger.info("activity %s: Redis's share sold out; %s reserve units joined it", activity_id, max(added, 0))
+        added = reserve_hand_over(activity_id=activity_id)
+    else:
+        added = released_units_hand_over(activity_id=activity_id)
+    if added > 0:
+        logger.info("activity %s: %s units the database released joined Redis's share", activity_id, added)
     return max(added, 0)
 
 

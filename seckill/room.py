@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from core.errors import ApiError, busy
 from core.memory import ProcessMemory
-from stock.keys import CLAIM_PENDING, ActivityKeys
+from stock.keys import ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import (
@@ -44,6 +44,7 @@ from stock.scripts import (
     run_room_seal,
     run_room_tick,
     run_room_ticket,
+    run_room_ticket_consume,
     run_room_ticket_use,
 )
 
@@ -71,9 +72,17 @@ def _moment(ms: int | None) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms is not None else None
 
 
-def _stock_key(activity: ActivitySnapshot) -> str:
-    """What the room reads as "units left": the stock key, or (S > 1) the display total."""
-    return activity.keys.stock if activity.shards == 1 else activity.keys.display
+def _units_left(shards: int, activity_id: int) -> int | None:
+    """What the room's scripts take as the units left: None for one key (the script reads
+    the stock and the reserve itself, in its own atomic step); with S > 1 every shard and
+    the reserve read here (``StockLayout.units_left``), -1 when unknown — a zero read while
+    the shards kept moving is no fact, and the room closes only on a fact."""
+    if shards == 1:
+        return None
+    left = StockLayout(activity_id, shards).units_left(stock_redis())
+    if left.units is None or (left.units <= 0 and not left.settled):
+        return -1
+    return left.units
 
 
 def _away() -> ApiError:
@@ -330,7 +339,7 @@ def _tick(activity_id: int, *, shards: int, rate: int, cap: int, window_seconds:
     return run_room_tick(
         stock_redis(),
         keys,
-        stock_key=keys.stock if shards == 1 else keys.display,
+        units_left=_units_left(shards, activity_id),
         rate=max(1, rate),
         cap=cap,
         window_ms=window_seconds * 1000,
@@ -411,19 +420,10 @@ class Ticket:
     expires_at: datetime
 
 
-# room_ticket.lua / room_ticket_use.lua: the ticket was tried by a purchase before.
+# room_ticket.lua / room_ticket_use.lua: the ticket was tried by a purchase that did not reserve.
 TRIED = 2
-
-
-def room_ticket_bought(activity: ActivitySnapshot, *, user_id: int) -> bool:
-    """Whether the shopper holds a reservation in this sale: the stock's participant record
-    (a pending claim of S > 1 is a purchase in flight, not one made). One Redis call."""
-    keys = StockLayout(activity.id, activity.shards).users_of(user_id)
-    record = stock_redis().hget(keys.users, str(user_id))
-    if record is None:
-        return False
-    text = record.decode() if isinstance(record, bytes) else str(record)
-    return not text.startswith(CLAIM_PENDING)
+# room_ticket_use.lua: a purchase with the ticket reserved (room_ticket_consume.lua).
+CONSUMED = -3
 
 
 def room_ticket_issue(activity: ActivitySnapshot, *, user_id: int) -> Ticket:
@@ -435,10 +435,12 @@ def room_ticket_issue(activity: ActivitySnapshot, *, user_id: int) -> Ticket:
         raise _away()
     try:
         code, first, second = run_room_ticket(
-            stock_redis(), activity.keys, stock_key=_stock_key(activity), user_id=user_id, nonce=secrets.token_hex(12)
+            stock_redis(),
+            activity.keys,
+            units_left=_units_left(activity.shards, activity.id),
+            user_id=user_id,
+            nonce=secrets.token_hex(12),
         )
-        if code == TRIED and room_ticket_bought(activity, user_id=user_id):
-            code = RoomCode.USED
     except redis.RedisError as exc:
         logger.warning("room %s: ticket unanswered, Redis unavailable: %s", activity.id, exc)
         raise _away() from exc
@@ -459,13 +461,15 @@ def room_ticket_issue(activity: ActivitySnapshot, *, user_id: int) -> Ticket:
     raise ApiError(410, "sold_out", "Sold out.")
 
 
-def room_ticket_check(activity: ActivitySnapshot, *, user_id: int, ticket: object, now: datetime) -> None:
+def room_ticket_check(activity: ActivitySnapshot, *, user_id: int, ticket: object, now: datetime) -> str | None:
     """The purchase gate of a waiting-room sale: a ticket for this sale and this shopper,
-    not expired (in this process, no Redis, no database), then used once (one Redis call).
-    Raises ApiError 403 ticket_required / ticket_invalid / ticket_not_yours / ticket_expired
-    / ticket_used, 503 busy. A direct sale passes untouched."""
+    not expired (in this process, no Redis, no database), then not consumed (one Redis
+    call). Returns the ticket's nonce, for ``room_ticket_consume`` once the purchase has
+    reserved; None for a direct sale, which passes untouched. Raises ApiError 403
+    ticket_required / ticket_invalid / ticket_not_yours / ticket_expired / ticket_used,
+    503 busy."""
     if not room_used(activity):
-        return
+        return None
     if ticket is None or ticket == "":
         raise ApiError(403, "ticket_required", "This sale has a waiting room: buy with the ticket it gives you.")
     if not isinstance(ticket, str) or len(ticket) > MAX_TICKET_LENGTH:
@@ -487,18 +491,29 @@ def room_ticket_check(activity: ActivitySnapshot, *, user_id: int, ticket: objec
     if redis_away():
         raise _away()
     try:
+        # Tried before and not consumed (a busy, rate-limited or other refusal): good again
+        # until its end. Concurrent tries all pass here: the stock script's participant
+        # check lets one of them reserve, and that one consumes the ticket.
         used = run_room_ticket_use(stock_redis(), activity.keys, user_id=user_id, nonce=payload["n"])
-        # Tried before: used for good only if that purchase reserved (a 202, or the 409 of
-        # a shopper who holds one); after a busy, rate-limited or other refusal it is
-        # good again until its end. Concurrent tries all pass here: the stock script's
-        # participant check lets one of them reserve.
-        if used == TRIED and room_ticket_bought(activity, user_id=user_id):
-            raise ApiError(403, "ticket_used", "This ticket has been used.")
     except redis.RedisError as exc:
         logger.warning("room %s: ticket not checked, Redis unavailable: %s", activity.id, exc)
         raise _away() from exc
+    if used == CONSUMED:
+        raise ApiError(403, "ticket_used", "This ticket has been used.")
     if used not in (1, TRIED):
         raise ApiError(403, "ticket_invalid", "The ticket is not valid.")
+    return payload["n"]
+
+
+def room_ticket_consume(activity: ActivitySnapshot, *, user_id: int, nonce: str) -> None:
+    """A purchase with the ticket reserved: the ticket is used for good, whatever becomes of
+    the order (a cancel returns the unit to the sale, not the ticket to the shopper). If
+    Redis fails here the reservation stands; the stock script's participant check still
+    refuses a second purchase while the order lives, and the failure is logged."""
+    try:
+        run_room_ticket_consume(stock_redis(), activity.keys, user_id=user_id, nonce=nonce)
+    except redis.RedisError as exc:
+        logger.error("room %s: ticket of shopper %s not marked used: %s", activity.id, user_id, exc)
 
 
 # --- merchant ---------------------------------------------------------------------------

@@ -568,30 +568,40 @@ def redis_remaining(activity_id: int) -> int | None:
     return StockLayout.of(activity_id).totals(stock_redis())[0]
 
 
-def redis_remaining_many(activity_ids: list[int]) -> dict[int, int | None]:
-    """What pages show: the stock key, or (S > 1) the display total beat refreshes.
+def units_left_many(activity_ids: list[int]) -> dict[int, int | None]:
+    """What pages, the list, the flag and the API show as ``remaining``: the units still for
+    sale — Redis's stock and the database reserve not handed over yet — as they were at one
+    moment (``StockLayout.units_left``), so a 0 here means what a ``sold_out`` answer means.
     None for an activity that is not warmed, and for every one while Redis is away
     (unknown: a page still shows, without the figure)."""
     if not activity_ids:
         return {}
-    unknown = dict.fromkeys(activity_ids)
+    unknown: dict[int, int | None] = dict.fromkeys(activity_ids)
     if redis_away():
         return unknown
-    # One GET per activity in a pipeline, not MGET: the keys live in different Redis
-    # Cluster slots, and a cluster pipeline routes each command to its node.
-    # No database read for S: only a sharded activity has a display total, so it wins.
-    pipe = stock_redis().pipeline(transaction=False)
-    for activity_id in activity_ids:
-        keys = ActivityKeys(activity_id)
-        pipe.get(keys.display)
-        pipe.get(keys.stock)
+    client = stock_redis()
+    layouts = [StockLayout(a, activity_shards(a)) for a in activity_ids]
     try:
-        pairs = pipe.execute()
+        # One key: the stock and the reserve by one MGET per activity (one hash tag, so one
+        # slot), all in one pipeline: the activities' keys live in different Cluster slots.
+        single = [layout for layout in layouts if not layout.sharded]
+        pipe = client.pipeline(transaction=False)
+        for layout in single:
+            pipe.mget([layout.keys.stock, layout.keys.reserve])
+        values = pipe.execute() if single else []
+        left: dict[int, int | None] = {
+            layout.activity_id: None if stock is None else int(stock) + int(reserve or 0)
+            for layout, (stock, reserve) in zip(single, values, strict=True)
+        }
+        for layout in layouts:
+            if layout.sharded:
+                units = layout.units_left(client)
+                # A zero read while the shards kept moving is no fact: unknown, not "sold out".
+                left[layout.activity_id] = units.units if units.settled or units.units else None
     except redis.RedisError as exc:
         logger.warning("remaining stock unknown, Redis unavailable: %s", exc)
         return unknown
-    values = [d if d is not None else s for d, s in zip(pairs[::2], pairs[1::2], strict=True)]
-    return {a: (int(v) if v is not None else None) for a, v in zip(activity_ids, values, strict=True)}
+    return {a: (max(0, v) if v is not None else None) for a, v in left.items()}
 
 
 def live_activities(now: datetime | None = None):

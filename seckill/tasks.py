@@ -19,7 +19,7 @@ from stock.reservations import reservations_backlog
 from .activities import activity_token_ensure
 from .authentication import token_shared_fill_due
 from .fallback import reserve_participants_sync
-from .lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup, display_total_refresh
+from .lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup
 from .models import Activity
 from .reconciliation import reconcile
 from .replay import reservations_drain, reservations_replay
@@ -212,20 +212,6 @@ def reconcile_live_task() -> dict:
             logger.exception("seckill.reconcile.failed activity=%s; the next run retries", activity_id)
             continue
         results[activity_id] = report["identity_ok"]
-    return results
-
-
-@shared_task
-def display_totals_task() -> dict:
-    """Sharded activities (S > 1): sum the shard stocks into the display total pages
-    read (every SECKILL_DISPLAY_INTERVAL seconds); S = 1 pages read the stock key."""
-    results = {}
-    sharded = live_activities().filter(status=Activity.Status.WARMED, shards__gt=1).values_list("pk", "shards")
-    for activity_id, shards in sharded:
-        try:
-            results[activity_id] = display_total_refresh(activity_id=activity_id, shards=shards)
-        except redis.RedisError as exc:
-            logger.warning("display total of activity %s not refreshed: %s", activity_id, exc)
     return results
 
 

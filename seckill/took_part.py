@@ -3,14 +3,13 @@
 Once the script has reserved for a shopper, or refused them as a duplicate, every further
 purchase of theirs in that sale gets 409 ``duplicate`` from it — until their order is
 cancelled or their reservation failed, when they may buy again. So for
-SECKILL_DUPLICATE_TTL seconds (default 10) this process answers 409 itself, before the
-count against the rate limits and without the script's round trip: a winner who keeps
-hammering costs what a sold-out answer costs. No message clears it: a shopper whose order
-is cancelled (or whose reservation failed) may buy again in every process within that
-time. It is longer than the sold-out memory's second because a process must meet each
-winner again once per lifetime (one script call each), and because what it delays is
-rare and harmless — buying again within seconds of one's own cancellation — where a stale
-"sold out" would turn away everyone.
+SECKILL_DUPLICATE_TTL seconds (default 1, at most SECKILL_MEMORY_BOUND) this process
+answers 409 itself, before the count against the rate limits and without the script's
+round trip: a winner who keeps hammering costs what a sold-out answer costs. No message
+clears it, so its lifetime is the bound of what it can get wrong: a shopper whose order
+was cancelled may buy again in every process within a second, as the contract says
+(docs/API.md: ``duplicate`` is not answered after a cancel that finished before the
+request began, beyond the memory's bound).
 """
 
 from django.conf import settings

@@ -41,11 +41,6 @@ class ActivityKeys:
         return self.partition(zlib.crc32(str(user_id).encode()) % partitions)
 
     @property
-    def display(self) -> str:
-        """S > 1: the sum of the shard stocks, refreshed by beat; what pages show."""
-        return f"seckill:{self.tag}:display"
-
-    @property
     def scan_patterns(self) -> list[str]:
         """SCAN patterns matching every key of the activity, its shards and partitions."""
         return [f"*{self.tag}*", f"*{{a{self.activity_id}[su][0-9]*}}*"]
@@ -59,6 +54,35 @@ class ActivityKeys:
     def loaded(self) -> str:
         """Units warm-up loaded: the left side of the reconciliation identity."""
         return f"seckill:{self.tag}:loaded"
+
+    @property
+    def reserve(self) -> str:
+        """Units of the database reserve not handed to Redis's share yet, as far as Redis
+        knows: never fewer than the database holds (the database path only lowers the
+        reserve, and only the hand-over lowers this). While any is left, a stock that
+        cannot cover a purchase is not "sold out" (the hand-over comes first). On the
+        activity's own tag (shard 0's)."""
+        return f"seckill:{self.tag}:reserve"
+
+    @property
+    def handed(self) -> str:
+        """Units the database released to Redis's share (the reserve's hand-over, the
+        database path's cancelled orders) that this stock holds: the hand-over adds only
+        what the database's count has beyond it, so it is idempotent. On the activity's
+        own tag (shard 0's)."""
+        return f"seckill:{self.tag}:handed"
+
+    @property
+    def handover_lock(self) -> str:
+        """The lock that lets one process at a time hand the reserve over (redis-py Lock)."""
+        return f"seckill:{self.tag}:handover-lock"
+
+    @property
+    def restocks(self) -> str:
+        """How many times this shard's stock went up (a return, a release, a hand-over, a
+        warm-up): a reader that saw every shard short twice with no restock in between
+        knows they were all short at one moment (S > 1's "sold out")."""
+        return f"seckill:{self.tag}:restocks"
 
     @property
     def epoch(self) -> str:
@@ -165,8 +189,13 @@ class ActivityKeys:
 
     @property
     def room_used(self) -> str:
-        """Hash: user id -> when (ms) their ticket was used."""
+        """Hash: user id -> when (ms) a purchase first tried their ticket."""
         return f"seckill:{self.tag}:room:used"
+
+    @property
+    def room_consumed(self) -> str:
+        """Hash: user id -> the nonce of their ticket, consumed by a purchase that reserved."""
+        return f"seckill:{self.tag}:room:consumed"
 
     @property
     def room_rate_samples(self) -> str:
@@ -192,6 +221,9 @@ class ActivityKeys:
         return [
             self.stock,
             self.loaded,
+            self.reserve,
+            self.handed,
+            self.restocks,
             self.epoch,
             self.users,
             self.log,
@@ -201,7 +233,6 @@ class ActivityKeys:
             self.pending,
             self.returned,
             self.admission,
-            self.display,
         ]
 
 

@@ -33,6 +33,7 @@ from .scripts import (
     RedisSnapshot,
     run_claim_settle,
     run_freeze,
+    run_handover,
     run_purchase,
     run_purchase_sharded,
     run_release,
@@ -40,8 +41,9 @@ from .scripts import (
     run_shard_release,
     run_shard_return,
     run_snapshot,
-    run_top_up,
     run_warmup,
+    shard_figures,
+    shard_restocks,
     warmup_shares,
 )
 
@@ -215,9 +217,20 @@ class StockLayout:
         counts = [None if v is None else int(v) for v in values]
         return _sum_or_none(counts[::2]), _sum_or_none(counts[1::2])
 
-    def warm(self, client: StockRedis, *, picture: RedisSnapshot, remaining: int, loaded: int, epoch: str = "") -> bool:
+    def warm(
+        self,
+        client: StockRedis,
+        *,
+        picture: RedisSnapshot,
+        remaining: int,
+        loaded: int,
+        reserve: int,
+        handed: int,
+        epoch: str = "",
+    ) -> bool:
         """Write ``remaining`` and ``loaded`` if the stock is still what ``picture`` saw
-        (a compare-and-set); True if written.
+        (a compare-and-set); True if written. With them, on the activity's own tag: the
+        database ``reserve`` not handed over and the units ``handed`` to Redis's share.
 
         With S > 1 each shard gets an even share of both (their sums are the activity's),
         in two steps: every shard is frozen first (its stock key removed if it still holds
@@ -235,6 +248,7 @@ class StockLayout:
                 expected=picture.stock,
                 log_length=log_lengths[0],
                 epoch=epoch,
+                handover=(reserve, handed),
             )
         frozen = all(
             [  # a list, not a generator: every shard is frozen in the same round
@@ -248,7 +262,14 @@ class StockLayout:
         return all(
             [
                 run_warmup(
-                    client, shard_keys, remaining=r, loaded=n, expected=None, log_length=log_lengths[i], epoch=epoch
+                    client,
+                    shard_keys,
+                    remaining=r,
+                    loaded=n,
+                    expected=None,
+                    log_length=log_lengths[i],
+                    epoch=epoch,
+                    handover=(reserve, handed) if i == 0 else None,
                 )
                 for i, (shard_keys, (r, n)) in enumerate(zip(self.shard_keys, shares, strict=True))
             ]
@@ -268,18 +289,32 @@ class StockLayout:
                 if self.sharded:
                     client.zrem(target.pending, *chunk)
 
-    def top_up(self, client: StockRedis, *, loaded: int) -> int:
-        """Bring the activity's ``loaded`` up to ``loaded``, the units added joining the
-        stock (of shard 0 when S > 1: any shard may hold them). Returns the units added,
-        -1 when not warmed. The caller serialises top-ups (two could read the same sum)."""
-        _, current = self.totals(client)
-        if current is None:
-            return -1
-        if loaded <= current:
-            return 0
-        first = self.shard_keys[0]
-        shard_loaded = int(client.get(first.loaded) or 0)
-        return run_top_up(client, first, loaded=shard_loaded + loaded - current)
+    def handover(self, client: StockRedis, *, released: int, reserve_left: int | None) -> int:
+        """Bring the units the database has ``released`` to Redis's share into the stock
+        (of shard 0 when S > 1: any shard may hold them), once each, and lower the reserve
+        Redis counts to ``reserve_left`` (None: leave it). Returns the units added, -1 when
+        not warmed."""
+        return run_handover(client, self.keys, released=released, reserve_left=reserve_left)
+
+    def units_left(self, client: StockRedis) -> UnitsLeft:
+        """The units still for sale: Redis's stock and the reserve not handed over. With
+        one key, as they were at one moment. With S > 1 the shards are read twice: the same
+        restock counts both times mean no shard rose between the reads, so at the moment
+        between them each held at most its first figure, and a zero is a fact (``settled``);
+        a stock that keeps moving gives the last sum, unsettled. None when not warmed."""
+        if not self.sharded:
+            stock, reserve = client.mget([self.keys.stock, self.keys.reserve])
+            units = None if stock is None else int(stock) + int(reserve or 0)
+            return UnitsLeft(units, settled=True)
+        figures = None
+        for _ in range(3):
+            figures = shard_figures(client, self.keys, self.shards)
+            if figures.stocks is None:
+                return UnitsLeft(None, settled=True)
+            if shard_restocks(client, self.keys, self.shards) == figures.restocks:
+                return UnitsLeft(figures.units, settled=True)
+        assert figures is not None
+        return UnitsLeft(figures.units, settled=False)
 
     def records_add(self, client: StockRedis, records: Mapping[int, str]) -> int:
         """Write each shopper's record unless they hold one already (HSETNX); returns how
@@ -310,6 +345,17 @@ class StockLayout:
     def stock_keys_unlink(self, client: StockRedis) -> int:
         """UNLINK every stock key of this layout; one call per hash tag (one Cluster slot each)."""
         return sum(client.unlink(*part.all()) for part in self.stock_keys())
+
+
+@dataclass(frozen=True)
+class UnitsLeft:
+    units: int | None  # None: not warmed
+    settled: bool  # False: S > 1 and the shards kept moving between two reads
+
+    @property
+    def sold_out(self) -> bool:
+        """Nothing left, as a fact about one moment."""
+        return self.settled and self.units is not None and self.units <= 0
 
 
 def _sum_or_none(values: Iterable[int | None]) -> int | None:

@@ -52,7 +52,7 @@ CLAIM_SETTLE = _load("claim_settle")
 SHARD_PURCHASE = _load("shard_purchase")
 SHARD_RELEASE = _load("shard_release")
 SHARD_RETURN = _load("shard_return")
-TOP_UP = _load("top_up")
+HANDOVER = _load("handover")
 
 # Sharded stock: shards tried per purchase before "sold out" (a random one, then two more).
 SHARD_TRIES = 3
@@ -67,6 +67,8 @@ class ScriptCode:
     SOLD_OUT = -2
     NOT_WARMED = -3
     INVALID = -4  # an argument failed the script's own checks; nothing was written
+    HELD = -5  # too few units in Redis, but the database reserve holds some: hand it over first
+    UNSETTLED = -6  # S > 1: the shards kept moving while a purchase looked for a unit (busy)
 
 
 class ScriptArgumentsInvalid(ValueError):
@@ -97,10 +99,9 @@ def run_purchase_sharded(
     client: StockRedis, keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shards: int, partitions: int
 ) -> PurchaseReply:
     """Claim the shopper in their partition, then try a random shard and up to two more
-    distinct ones; if those have too little, read every other shard's stock (one
-    pipelined round) and try those that have enough, fullest first, so a purchase is
-    refused ``sold_out`` only when no shard could serve it. On success the claim records
-    the reservation, otherwise it is released. Each script touches one slot.
+    distinct ones; if those have too little, ``_sharded_last_word`` looks at every shard.
+    On success the claim records the reservation, otherwise it is released. Each script
+    touches one slot.
     """
     part = keys.user_partition(user_id, partitions)
     now_ms = int(time.time() * 1000)
@@ -117,21 +118,81 @@ def run_purchase_sharded(
     # settles it from the shard logs and the orders.
     tried = random.sample(range(shards), min(SHARD_TRIES, shards))
     reply = _shard_purchases(client, keys, tried, user_id=user_id, quantity=quantity, limit=limit)
-    if reply.code == ScriptCode.SOLD_OUT and shards > len(tried):
-        rest = [i for i in range(shards) if i not in tried]
-        pipe = client.pipeline(transaction=False)  # a pipeline, not MGET: the shards' slots differ
-        for i in rest:
-            pipe.get(keys.shard(i).stock)
-        stocks = {i: int(v) for i, v in zip(rest, pipe.execute(), strict=True) if v is not None}
-        fuller = sorted((i for i, n in stocks.items() if n >= quantity), key=lambda i: -stocks[i])
-        if fuller:
-            reply = _shard_purchases(client, keys, fuller, user_id=user_id, quantity=quantity, limit=limit)
+    if reply.code == ScriptCode.SOLD_OUT:
+        reply = _sharded_last_word(client, keys, shards, user_id=user_id, quantity=quantity, limit=limit)
     # Reserved: the claim names the reservation (so release and return find it);
     # otherwise the shopper is free to try again.
     reserved = reply.code == ScriptCode.RESERVED
     new = claim_value(reply.shard, reply.reservation_id) if reserved else ""
     run_claim_settle(client, part, user_id=user_id, expected=pending, new=new)
     return reply
+
+
+# Rounds of _sharded_last_word before it gives up on a stock that keeps moving.
+_LAST_WORD_ROUNDS = 3
+
+
+def _sharded_last_word(
+    client: StockRedis, keys: ActivityKeys, shards: int, *, user_id: int, quantity: int, limit: int
+) -> PurchaseReply:
+    """The shards tried were short. Read every shard (and the reserve) in one round and try
+    those that can serve, fullest first. "Sold out" only when every shard was short at one
+    moment and the reserve is empty: a second read finds no shard restocked since the
+    first (a rise between two reads would otherwise go unseen, and the units counted short
+    in one shard could be in another by then). "Held" while the reserve holds units;
+    ``UNSETTLED`` if the stock kept moving."""
+    for _ in range(_LAST_WORD_ROUNDS):
+        figures = shard_figures(client, keys, shards)
+        stocks = figures.stocks
+        if stocks is None:
+            return PurchaseReply(ScriptCode.NOT_WARMED, 0, "")
+        fuller = sorted((i for i, n in enumerate(stocks) if n >= quantity), key=lambda i: -stocks[i])
+        if fuller:
+            reply = _shard_purchases(client, keys, fuller, user_id=user_id, quantity=quantity, limit=limit)
+            if reply.code != ScriptCode.SOLD_OUT:
+                return reply
+            continue
+        if figures.reserve > 0:
+            return PurchaseReply(ScriptCode.HELD, figures.units, "")
+        if shard_restocks(client, keys, shards) == figures.restocks:
+            return PurchaseReply(ScriptCode.SOLD_OUT, figures.units, "")
+    return PurchaseReply(ScriptCode.UNSETTLED, 0, "")
+
+
+@dataclass(frozen=True)
+class ShardFigures:
+    stocks: tuple[int, ...] | None  # None: a shard is not warmed
+    restocks: tuple[int, ...]
+    reserve: int
+
+    @property
+    def units(self) -> int:
+        """The units for sale these figures count: the shards' and the reserve's."""
+        return sum(self.stocks or ()) + self.reserve
+
+
+def shard_figures(client: StockRedis, keys: ActivityKeys, shards: int) -> ShardFigures:
+    """Every shard's stock and restock count, and the reserve, in one pipelined round
+    (a pipeline, not MGET: the shards' slots differ)."""
+    pipe = client.pipeline(transaction=False)
+    for i in range(shards):
+        pipe.get(keys.shard(i).stock)
+        pipe.get(keys.shard(i).restocks)
+    pipe.get(keys.reserve)
+    *values, reserve = pipe.execute()
+    stocks, restocks = values[::2], values[1::2]
+    return ShardFigures(
+        stocks=None if None in stocks else tuple(int(v) for v in stocks),
+        restocks=tuple(int(v or 0) for v in restocks),
+        reserve=int(reserve or 0),
+    )
+
+
+def shard_restocks(client: StockRedis, keys: ActivityKeys, shards: int) -> tuple[int, ...]:
+    pipe = client.pipeline(transaction=False)
+    for i in range(shards):
+        pipe.get(keys.shard(i).restocks)
+    return tuple(int(v or 0) for v in pipe.execute())
 
 
 def _shard_purchases(
@@ -172,7 +233,7 @@ def run_shard_release(
 ) -> bool:
     with script_timer("shard_release"):
         released = SHARD_RELEASE(
-            keys=[shard_keys.stock, shard_keys.log, shard_keys.loaded],
+            keys=[shard_keys.stock, shard_keys.log, shard_keys.loaded, shard_keys.restocks],
             args=[reservation_id, quantity, "1" if units_back else "0"],
             client=client,
         )
@@ -181,14 +242,16 @@ def run_shard_release(
 
 def run_shard_return(client: StockRedis, shard_keys: ActivityKeys, *, order_no: str, quantity: int) -> bool:
     with script_timer("shard_return"):
-        returned = SHARD_RETURN(keys=[shard_keys.stock, shard_keys.returned], args=[order_no, quantity], client=client)
+        returned = SHARD_RETURN(
+            keys=[shard_keys.stock, shard_keys.returned, shard_keys.restocks], args=[order_no, quantity], client=client
+        )
     return bool(returned)
 
 
 def purchase_script_call(keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0) -> dict:
     """The purchase script's KEYS and ARGV (for a pipeline, ``PURCHASE(**call, client=pipe)``)."""
     return {
-        "keys": [keys.stock, keys.users, keys.log, keys.failed, keys.drain],
+        "keys": [keys.stock, keys.users, keys.log, keys.failed, keys.drain, keys.reserve],
         "args": [user_id, quantity, limit, shard, settings.SECKILL_DRAIN_KICK_TTL_MS],
     }
 
@@ -251,20 +314,41 @@ def run_warmup(
     expected: int | None,
     log_length: int,
     epoch: str = "",
+    handover: tuple[int, int] | None = None,
 ) -> bool:
     """Set the stock if it still is ``expected`` (None: no stock key, and then the log
-    still ``log_length`` entries long), with this warm-up's ``epoch``; True if written."""
+    still ``log_length`` entries long), with this warm-up's ``epoch``; True if written.
+    ``handover`` (shard 0 only): the database reserve not handed over, and the units the
+    database has released to Redis's share so far."""
     with script_timer("warmup"):
-        args: list[str | int] = [remaining, loaded, "" if expected is None else str(expected), log_length, epoch]
-        written = WARMUP(keys=[keys.stock, keys.loaded, keys.log, keys.epoch], args=args, client=client)
+        reserve, handed = ("", "") if handover is None else handover
+        args: list[str | int] = [
+            remaining,
+            loaded,
+            "" if expected is None else str(expected),
+            log_length,
+            epoch,
+            reserve,
+            handed,
+        ]
+        written = WARMUP(
+            keys=[keys.stock, keys.loaded, keys.log, keys.epoch, keys.reserve, keys.handed, keys.restocks],
+            args=args,
+            client=client,
+        )
     return bool(_refused("warmup", written, args))
 
 
-def run_top_up(client: StockRedis, keys: ActivityKeys, *, loaded: int) -> int:
-    """Add to a warmed shard's stock what its ``loaded`` lacks of ``loaded``; returns the
-    units added (-1: not warmed)."""
-    with script_timer("top_up"):
-        return int(TOP_UP(keys=[keys.stock, keys.loaded], args=[loaded], client=client))
+def run_handover(client: StockRedis, keys: ActivityKeys, *, released: int, reserve_left: int | None) -> int:
+    """Bring the units the database released to Redis's share into the stock (the
+    activity's own tag), and lower the reserve Redis counts to ``reserve_left`` (None:
+    leave it); returns the units added (-1: not warmed)."""
+    args: list[str | int] = [released, "" if reserve_left is None else reserve_left]
+    with script_timer("handover"):
+        added = HANDOVER(
+            keys=[keys.stock, keys.loaded, keys.handed, keys.reserve, keys.restocks], args=args, client=client
+        )
+    return int(_refused("handover", added, args))
 
 
 def run_freeze(client: StockRedis, keys: ActivityKeys, *, expected: int | None, log_length: int) -> bool:
@@ -439,6 +523,7 @@ ROOM_SEAL = _load("room_seal")
 ROOM_TICK = _load("room_tick")
 ROOM_TICKET = _load("room_ticket")
 ROOM_TICKET_USE = _load("room_ticket_use")
+ROOM_TICKET_CONSUME = _load("room_ticket_consume")
 
 
 class RoomCode:
@@ -503,12 +588,14 @@ def run_room_tick(
     client: StockRedis,
     keys: ActivityKeys,
     *,
-    stock_key: str,
+    units_left: int | None,
     rate: int,
     cap: int,
     window_ms: int,
     log_key: str | None = None,
 ):
+    """``units_left``: None reads the stock and the reserve in the script (S = 1); S > 1
+    gives what the caller read of every shard (-1 unknown)."""
     with script_timer("room_tick"):
         reply = ROOM_TICK(
             keys=[
@@ -516,11 +603,12 @@ def run_room_tick(
                 keys.room_queue,
                 keys.room_active,
                 keys.room_admitted,
-                stock_key,
+                keys.stock,
                 keys.room_rate_samples,
+                keys.reserve,
                 *([log_key] if log_key else []),
             ],
-            args=[rate, cap, window_ms],
+            args=[rate, cap, window_ms, "" if units_left is None else units_left],
             client=client,
         )
     sealed, serving, queued, active, noshows, used, closed, paused, stock, now, oldest = reply
@@ -545,9 +633,10 @@ def run_room_tick(
 
 
 def run_room_ticket(
-    client: StockRedis, keys: ActivityKeys, *, stock_key: str, user_id: int, nonce: str
+    client: StockRedis, keys: ActivityKeys, *, units_left: int | None, user_id: int, nonce: str
 ) -> tuple[int, str, int]:
-    """(code, nonce or place, window end ms or serving): see lua/room_ticket.lua."""
+    """(code, nonce or place, window end ms or serving): see lua/room_ticket.lua.
+    ``units_left`` as for ``run_room_tick``."""
     with script_timer("room_ticket"):
         code, first, second = ROOM_TICKET(
             keys=[
@@ -556,22 +645,32 @@ def run_room_ticket(
                 keys.room_active,
                 keys.room_tickets,
                 keys.room_used,
-                stock_key,
+                keys.stock,
                 keys.room_pre,
+                keys.reserve,
+                keys.room_consumed,
             ],
-            args=[user_id, nonce],
+            args=[user_id, nonce, "" if units_left is None else units_left],
             client=client,
         )
     return int(code), _text(first), int(second)
 
 
 def run_room_ticket_use(client: StockRedis, keys: ActivityKeys, *, user_id: int, nonce: str) -> int:
-    """1 used now, -1 not the ticket issued, -2 used before."""
+    """1 first try, 2 tried before, -1 not the ticket issued, -3 consumed."""
     with script_timer("room_ticket_use"):
         return int(
             ROOM_TICKET_USE(
-                keys=[keys.room_tickets, keys.room_used, keys.room_active, keys.room_state],
+                keys=[keys.room_tickets, keys.room_used, keys.room_active, keys.room_consumed],
                 args=[user_id, nonce],
                 client=client,
             )
+        )
+
+
+def run_room_ticket_consume(client: StockRedis, keys: ActivityKeys, *, user_id: int, nonce: str) -> bool:
+    """The ticket is used for good (a purchase with it reserved); True the first time."""
+    with script_timer("room_ticket_consume"):
+        return bool(
+            ROOM_TICKET_CONSUME(keys=[keys.room_consumed, keys.room_state], args=[user_id, nonce], client=client)
         )

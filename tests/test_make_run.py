@@ -309,20 +309,20 @@ def test_routine_ticks_are_not_logged_but_failures_and_other_tasks_are(caplog):
     with caplog.at_level(logging.INFO):
         # Every beat entry here runs every few seconds.
         beat.info("Scheduler: Sending due task %s (%s)", "seckill-start", "seckill.tasks.activities_start_task")
-        strategy.info(LOG_RECEIVED, task("seckill.tasks.display_totals_task"))
+        strategy.info(LOG_RECEIVED, task("seckill.tasks.room_ticks_task"))
         trace.info(LOG_SUCCESS, task("seckill.tasks.reconcile_live_task"))
         # What happens is kept: other tasks, failures, beat's own errors.
         beat.info("Scheduler: Sending due task %s (%s)", "nightly", "orders.tasks.report_task")
         strategy.info(LOG_RECEIVED, task("seckill.tasks.reservations_drain_task"))
         trace.info(LOG_SUCCESS, task("seckill.tasks.activity_start_task"))
-        trace.error(LOG_FAILURE, {**task("seckill.tasks.display_totals_task"), "description": "raised", "exc": "boom"})
+        trace.error(LOG_FAILURE, {**task("seckill.tasks.room_ticks_task"), "description": "raised", "exc": "boom"})
         beat.error("beat: Connection error: refused")
     logged = [r.getMessage() for r in caplog.records if r.name.startswith("celery")]
     assert logged == [
         "Scheduler: Sending due task nightly (orders.tasks.report_task)",
         "Task seckill.tasks.reservations_drain_task[x1] received",
         "Task seckill.tasks.activity_start_task[x1] succeeded in 0.01s: None",
-        "Task seckill.tasks.display_totals_task[x1] raised: boom",
+        "Task seckill.tasks.room_ticks_task[x1] raised: boom",
         "beat: Connection error: refused",
     ]
 

@@ -345,14 +345,32 @@ SECKILL_ROOM_TICK_INTERVAL = env.float("SECKILL_ROOM_TICK_INTERVAL", default=1.0
 SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=1.0)
 # Seconds a web process answers "duplicate" itself to a shopper Redis reserved for or
 # refused as a duplicate (seckill/took_part.py).
-SECKILL_DUPLICATE_TTL = env.float("SECKILL_DUPLICATE_TTL", default=10.0)
+SECKILL_DUPLICATE_TTL = env.float("SECKILL_DUPLICATE_TTL", default=1.0)
+# Every answer a web process gives from its own memory describes a moment at most this
+# long ago (docs/API.md: a refusal is true at some moment of its request, less this bound).
+SECKILL_MEMORY_BOUND = 1.0
 # The activity copy in the cache Redis, unknown ids remembered as absent, and how long a
 # request waits for another process's rebuild before reading the database itself.
 SECKILL_ACTIVITY_REDIS_TTL = env.float("SECKILL_ACTIVITY_REDIS_TTL", default=60.0)
 SECKILL_ACTIVITY_ABSENT_TTL = env.float("SECKILL_ACTIVITY_ABSENT_TTL", default=30.0)
 SECKILL_CACHE_REBUILD_WAIT = env.float("SECKILL_CACHE_REBUILD_WAIT", default=2.0)
-SECKILL_BLACKLIST_CACHE_TTL = env.float("SECKILL_BLACKLIST_CACHE_TTL", default=2.0)
+SECKILL_BLACKLIST_CACHE_TTL = env.float("SECKILL_BLACKLIST_CACHE_TTL", default=1.0)
 SECKILL_BLACKLIST_REDIS_TTL = env.float("SECKILL_BLACKLIST_REDIS_TTL", default=60.0)
+for _memory in (
+    "SECKILL_SOLD_OUT_TTL",
+    "SECKILL_DUPLICATE_TTL",
+    "SECKILL_ACTIVITY_CACHE_TTL",
+    "SECKILL_LIST_CACHE_TTL",
+    "SECKILL_ROOM_STATUS_TTL",
+    "SECKILL_BLACKLIST_CACHE_TTL",
+):
+    if globals()[_memory] > SECKILL_MEMORY_BOUND:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"{_memory} is {globals()[_memory]}: a web process's memory may be at most "
+            f"{SECKILL_MEMORY_BOUND} s old (docs/API.md), or a refusal could describe a sale long past."
+        )
 SECKILL_SHOPPER_CACHE_TTL = env.int("SECKILL_SHOPPER_CACHE_TTL", default=60)
 SECKILL_CAPTCHA_TTL = env.int("SECKILL_CAPTCHA_TTL", default=120)
 # Seconds a web process remembers a token's (or session's) user: no query per request,
@@ -382,9 +400,11 @@ SECKILL_PAGE_S_MAXAGE = env.int("SECKILL_PAGE_S_MAXAGE", default=300)
 SECKILL_PUBLISH_DIR = env.path("SECKILL_PUBLISH_DIR", default=BASE_DIR / "publish")
 
 # --- Payments (django-payments) --------------------------------------------------------
-# The provider `POST /api/orders/<no>/pay` starts payments with: a name in PAYMENT_VARIANTS.
-# Empty: payments are refused (503 payments_unavailable). Production refuses "simulated"
-# unless PAYMENT_SIMULATED_ALLOWED=true (config/settings/production.py).
+# The provider `POST /api/orders/<no>/pay` starts payments with, and the only one
+# registered in PAYMENT_VARIANTS: "simulated", "stripe", or empty (no provider: pay answers
+# 503 payments_unavailable, every /payments/process/<variant>/ 404). Production refuses
+# "simulated" unless PAYMENT_SIMULATED_ALLOWED=true, and "stripe" without its keys and a
+# public PAYMENT_HOST (config/settings/production.py).
 PAYMENT_PROVIDER = env("PAYMENT_PROVIDER", default="simulated")
 PAYMENT_SIMULATED_ALLOWED = env.bool("PAYMENT_SIMULATED_ALLOWED", default=False)
 PAYMENT_MODEL = "orders.Payment"
@@ -397,17 +417,29 @@ PAYMENT_USES_SSL = env.bool("PAYMENT_USES_SSL", default=not DEBUG)
 PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="")
 # Notifications older or newer than this many seconds are refused (replays).
 PAYMENT_NOTIFICATION_WINDOW = env.int("PAYMENT_NOTIFICATION_WINDOW", default=300)
-PAYMENT_VARIANTS = {
-    "simulated": ("orders.simulated.SimulatedProvider", {}),
-    "stripe": (
-        "payments.stripe.StripeProviderV3",
-        {
+# What a failed provider's 503 payments_unavailable asks the caller to wait (Retry-After).
+PAYMENT_RETRY_AFTER = env.int("PAYMENT_RETRY_AFTER", default=30)
+PAYMENT_PROVIDERS = ("simulated", "stripe")
+
+
+def payment_variants(provider: str) -> dict[str, tuple[str, dict]]:
+    """PAYMENT_VARIANTS for ``provider``: that provider alone, nothing for an empty or
+    unknown name. A variant not registered cannot be loaded, so no webhook reaches it."""
+    if provider == "simulated":
+        return {"simulated": ("orders.simulated.SimulatedProvider", {})}
+    if provider == "stripe":
+        # Stripe Checkout (django-payments' StripeProviderV3): the secret key, and the signing
+        # secret of the webhook endpoint pointed at /payments/process/stripe/.
+        config = {
             "api_key": env("STRIPE_API_KEY", default=""),
             "endpoint_secret": env("STRIPE_ENDPOINT_SECRET", default=""),
             "use_token": True,
-        },
-    ),
-}
+        }
+        return {"stripe": ("orders.stripe_provider.StripeProvider", config)}
+    return {}
+
+
+PAYMENT_VARIANTS = payment_variants(PAYMENT_PROVIDER)
 
 # Redis circuit breaker: consecutive failures that open it, seconds before one probe.
 SECKILL_BREAKER_FAILURES = env.int("SECKILL_BREAKER_FAILURES", default=3)
@@ -419,10 +451,8 @@ SECKILL_FALLBACK_CONCURRENCY = env.int("SECKILL_FALLBACK_CONCURRENCY", default=4
 # units the database path may sell while Redis is away (Redis never holds them).
 SECKILL_DB_RESERVE_PERCENT = env.int("SECKILL_DB_RESERVE_PERCENT", default=2)
 # Sharded stock (Activity.shards > 1): user partitions holding the per-user claims (never
-# change it while a sharded activity is live), and how often beat sums the shards into
-# the display total pages show.
+# change it while a sharded activity is live).
 SECKILL_USER_PARTITIONS = env.int("SECKILL_USER_PARTITIONS", default=16)
-SECKILL_DISPLAY_INTERVAL = env.float("SECKILL_DISPLAY_INTERVAL", default=2.0)
 # Seconds after which a sharded purchase's pending claim (claimed, shard step not settled)
 # counts as left behind by a Redis error: the shopper's next purchase and reconciliation
 # settle it. Well above the Redis socket timeout, so a purchase in flight is never touched.
@@ -494,7 +524,6 @@ CELERY_BEAT_SCHEDULE = {
     "seckill-autowarm": {"task": "seckill.tasks.activities_autowarm_task", "schedule": SECKILL_AUTOWARM_INTERVAL},
     "seckill-close": {"task": "seckill.tasks.activities_close_task", "schedule": 30.0},
     "seckill-reconcile": {"task": "seckill.tasks.reconcile_live_task", "schedule": SECKILL_RECONCILE_INTERVAL},
-    "seckill-display": {"task": "seckill.tasks.display_totals_task", "schedule": SECKILL_DISPLAY_INTERVAL},
     "seckill-room-ticks": {
         "task": "seckill.tasks.room_ticks_task",
         "schedule": SECKILL_ROOM_TICK_INTERVAL,

@@ -8,9 +8,12 @@
 -- that took the last unit; without it (S > 1), the tick's own time.
 --
 -- KEYS[1] state (hash)   KEYS[2] queue (list)   KEYS[3] active (zset: user -> window end ms)
--- KEYS[4] admitted (hash: user -> ms)   KEYS[5] stock (the activity's stock key)
--- KEYS[6] rate samples (list)   KEYS[7] (optional, S = 1) the reservation log (stream)
+-- KEYS[4] admitted (hash: user -> ms)   KEYS[5] stock (the activity's stock key, S = 1)
+-- KEYS[6] rate samples (list)   KEYS[7] reserve (S = 1: the database reserve not handed over)
+-- KEYS[8] (optional, S = 1) the reservation log (stream)
 -- ARGV[1] rate (shoppers/s, >= 1)   ARGV[2] cap (0 = none)   ARGV[3] window (ms)
+-- ARGV[4] the units left as the caller read them (S > 1: every shard and the reserve; -1
+--         unknown), or '' to read them here (S = 1: the stock and the reserve)
 --
 -- Returns {sealed, serving, queue length, active, no-shows, used, closed at (ms or ''),
 --          paused, stock (-1 unknown), now (ms), oldest rate sample ("ms:serving" or '')}
@@ -24,8 +27,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local st = redis.call('HMGET', KEYS[1], 'sealed', 'serving', 'ts', 'credit', 'paused', 'closed_ms', 'noshows', 'used')
 local qlen = redis.call('LLEN', KEYS[2])
-local stock = redis.call('GET', KEYS[5])
-stock = stock and tonumber(stock) or -1
+local stock
+if ARGV[4] ~= '' then
+  stock = tonumber(ARGV[4]) or -1
+else
+  stock = redis.call('GET', KEYS[5])
+  stock = stock and tonumber(stock) + tonumber(redis.call('GET', KEYS[7]) or '0') or -1
+end
 local paused = st[5] or '0'
 if st[1] ~= '1' then
   return {0, 0, qlen, 0, 0, 0, '', paused, stock, now, ''}
@@ -45,8 +53,8 @@ local active = redis.call('ZCARD', KEYS[3])
 if stock == 0 or stock < -1 then
   if not closed then
     local at = now
-    if KEYS[7] then
-      local info = redis.pcall('XINFO', 'STREAM', KEYS[7])
+    if KEYS[8] then
+      local info = redis.pcall('XINFO', 'STREAM', KEYS[8])
       if type(info) == 'table' and not info.err then
         for i = 1, #info - 1, 2 do
           if info[i] == 'last-generated-id' then

@@ -3,14 +3,16 @@
 -- answered again, and the purchase gate knows the nonce.
 --
 -- KEYS[1] state   KEYS[2] places   KEYS[3] active   KEYS[4] tickets   KEYS[5] used
--- KEYS[6] stock   KEYS[7] pre
+-- KEYS[6] stock (S = 1)   KEYS[7] pre   KEYS[8] reserve (S = 1)   KEYS[9] consumed
 -- ARGV[1] user id   ARGV[2] a fresh nonce (kept only if none was issued yet)
+-- ARGV[3] the units left as the caller read them (S > 1; -1 unknown), or '' to read the
+--         stock and the reserve here (S = 1)
 --
 -- Returns {code, place or nonce, serving or window end (ms)}:
---    1 {nonce, window end}   2 {nonce, window end}: tried by a purchase before (the caller
---    asks the stock's participant record whether that purchase bought: then it is used)
---   -1 not joined   -2 not yet {place, serving}   -4 window over (no-show)
---   -5 in the pre-queue, draw not made   -6 sold out (for a waiting shopper too)
+--    1 {nonce, window end}   2 {nonce, window end}: tried by a purchase that did not reserve
+--   -1 not joined   -2 not yet {place, serving}   -3 used: a purchase with it reserved
+--   -4 window over (no-show)   -5 in the pre-queue, draw not made
+--   -6 sold out (for a waiting shopper too)
 local place = redis.call('HGET', KEYS[2], ARGV[1])
 if not place then
   if redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1 then
@@ -18,9 +20,17 @@ if not place then
   end
   return {-1, 0, 0}
 end
+if redis.call('HEXISTS', KEYS[9], ARGV[1]) == 1 then
+  return {-3, 0, 0}
+end
 place = tonumber(place)
-local stock = redis.call('GET', KEYS[6])
-local sold = stock and tonumber(stock) <= 0
+local sold
+if ARGV[3] ~= '' then
+  sold = tonumber(ARGV[3]) == 0
+else
+  local stock = redis.call('GET', KEYS[6])
+  sold = stock and tonumber(stock) + tonumber(redis.call('GET', KEYS[8]) or '0') <= 0
+end
 local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
 if place > serving then
   if sold then

@@ -3,6 +3,7 @@
 -- Idempotent: acts only while the reservation is still in the shard's log.
 --
 -- KEYS[1] stock (of the shard)   KEYS[2] log (of the shard)   KEYS[3] loaded (of the shard)
+-- KEYS[4] restocks (of the shard: counts every rise of its stock)
 -- ARGV[1] reservation id   ARGV[2] quantity
 -- ARGV[3] "1": back on sale; "0": the database has no such units, they leave ``loaded``
 --
@@ -17,5 +18,6 @@ if ARGV[3] == '0' then
   end
 elseif redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('INCRBY', KEYS[1], ARGV[2])
+  redis.call('INCR', KEYS[4])
 end
 return 1

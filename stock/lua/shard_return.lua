@@ -2,6 +2,7 @@
 -- came from, once; the caller then frees the shopper's claim (claim_settle.lua).
 --
 -- KEYS[1] stock (of the shard)   KEYS[2] returned (set of order numbers, of the shard)
+-- KEYS[3] restocks (of the shard: counts every rise of its stock)
 -- ARGV[1] order number   ARGV[2] quantity
 --
 -- Returns 1 when returned now, 0 when it had been returned before or the shard has no
@@ -13,4 +14,5 @@ if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return 0
 end
 redis.call('INCRBY', KEYS[1], ARGV[2])
+redis.call('INCR', KEYS[3])
 return 1

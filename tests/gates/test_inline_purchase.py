@@ -402,10 +402,10 @@ def test_a_flood_through_the_real_server_keeps_every_202(process_logs):
     users = make_users(shoppers, prefix="inlineflood")
     _cached(*users[: shoppers // 2])  # half in the shared cache, half only in the database
     env = subprocess_env(
-        SECKILL_ACTIVITY_CACHE_TTL="30",
-        SECKILL_BLACKLIST_CACHE_TTL="30",
+        SECKILL_ACTIVITY_CACHE_TTL="1",
+        SECKILL_BLACKLIST_CACHE_TTL="1",
         SECKILL_SOLD_OUT_TTL="1",
-        SECKILL_DUPLICATE_TTL="10",
+        SECKILL_DUPLICATE_TTL="1",
     )
     worker = start_celery_worker(process_logs, env=env)
     server, base = start_gunicorn(process_logs, workers=2, threads=4, env=env)

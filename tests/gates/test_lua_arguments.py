@@ -48,7 +48,9 @@ def test_purchase_refuses_bad_arguments_before_writing(case):
     keys = armed(9101)
     args = list(GOOD)
     args[BAD[case]] = VALUES[case]
-    reply = PURCHASE(keys=[keys.stock, keys.users, keys.log, keys.failed, keys.drain], args=args, client=stock_redis())
+    reply = PURCHASE(
+        keys=[keys.stock, keys.users, keys.log, keys.failed, keys.drain, keys.reserve], args=args, client=stock_redis()
+    )
     assert int(reply[0]) == ScriptCode.INVALID
     untouched(keys)
 
@@ -65,7 +67,9 @@ def test_shard_purchase_refuses_bad_arguments_before_writing(case):
 
 def test_valid_purchase_behaves_as_before():
     keys = armed(9103)
-    reply = PURCHASE(keys=[keys.stock, keys.users, keys.log, keys.failed, keys.drain], args=GOOD, client=stock_redis())
+    reply = PURCHASE(
+        keys=[keys.stock, keys.users, keys.log, keys.failed, keys.drain, keys.reserve], args=GOOD, client=stock_redis()
+    )
     assert int(reply[0]) == ScriptCode.RESERVED and int(reply[1]) == 9 and int(reply[3]) == 1
 
 

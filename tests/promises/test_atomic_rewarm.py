@@ -37,7 +37,9 @@ def test_a_rewarm_round_that_loses_a_race_never_over_counts():
         client=client,
     )
 
-    written = layout.warm(client, picture=picture, remaining=20, loaded=activity.redis_loaded_units)
+    written = layout.warm(
+        client, picture=picture, remaining=20, loaded=activity.redis_loaded_units, reserve=0, handed=0
+    )
 
     assert not written
     assert _counted(activity) <= 19, shard_stocks(activity)  # 20 units, one reserved

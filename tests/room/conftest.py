@@ -8,10 +8,10 @@ from seckill.selectors import activity_snapshot, activity_snapshot_forget
 from ..factories import make_activity
 
 
-def room_sale(*, stock: int = 10, started: bool = True, **room) -> Activity:
+def room_sale(*, stock: int = 10, started: bool = True, shards: int = 1, **room) -> Activity:
     """A warmed activity with the waiting room; ``room``: room_rate, room_cap, room_window_seconds,
     start_at… (written straight to the row: the test settings cache no activity)."""
-    activity = make_activity(stock=stock, started=started)
+    activity = make_activity(stock=stock, started=started, shards=shards)
     fields = {"admission_mode": Activity.AdmissionMode.ROOM, "room_rate": 1000, "room_cap": 0, **room}
     Activity.objects.filter(pk=activity.pk).update(**fields)
     activity_snapshot_forget(activity.pk)

@@ -139,3 +139,30 @@ def test_the_status_costs_one_tick_per_process_per_lifetime_however_many_poll(re
     assert {a.status_code for a in answers} == {200}
     assert {a.content for a in answers} == {first.content}  # the same bytes for everyone
     assert redis_spy == []  # no tick, no read: the room's cost does not grow with the pollers
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_a_ticket_is_used_once_even_after_its_order_is_cancelled(shards):
+    """Join, ticket, buy (202), buy again (403 ticket_used), cancel: the same ticket stays
+    used, and the room counts it once. (Seen failing on the code before: after the cancel
+    the ticket bought again, the room's ``used`` count stayed 1.)"""
+    from orders.models import Order
+    from orders.services import order_cancel
+    from seckill.replay import reservations_drain
+
+    activity = room_sale(stock=5, shards=shards)
+    (alice,) = make_users(1, prefix=f"once{shards}-")
+    client = client_of(alice)
+    token = activity_token_ensure(activity_id=activity.pk)
+    ticket = admitted_ticket(activity, client)
+    assert buy(activity, client, token, ticket=ticket).status_code == 202
+    assert buy(activity, client, token, ticket=ticket).json()["code"] == "ticket_used"
+    reservations_drain(activity_id=activity.pk)
+    order_cancel(order=Order.objects.get(activity=activity, user=alice), reason="shopper")
+
+    again = buy(activity, client, token, ticket=ticket)
+    assert (again.status_code, again.json()["code"]) == (403, "ticket_used"), again.json()
+    asked = client.post(f"/api/activities/{activity.pk}/room/ticket")
+    assert (asked.status_code, asked.json()["code"]) == (403, "ticket_used"), "no fresh ticket either"
+    assert room_status(snapshot_of(activity), now=timezone.now(), fresh=True).used == 1
+    assert Order.objects.filter(activity=activity, user=alice).count() == 1

@@ -19,12 +19,12 @@ from orders.services import order_cancel, orders_create_from_reservations
 from seckill.activities import activity_token_ensure
 from seckill.lifecycle import activity_keys_remove, activity_warmup
 from seckill.replay import reservations_replay
-from seckill.selectors import purchase_result, redis_remaining, redis_remaining_many
-from seckill.tasks import display_totals_task
+from seckill.selectors import purchase_result, redis_remaining, units_left_many
 from stock.keys import ActivityKeys, claim_value
+from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending
-from stock.scripts import ScriptCode
+from stock.scripts import ScriptCode, shard_restocks
 
 from ..factories import make_activity, make_users, token_of
 from ..helpers import SHARDS, assert_identity, claim_of, reserve, shard_stocks
@@ -162,28 +162,37 @@ def test_rewarm_derives_the_shards_from_the_database_and_the_logs():
 
 
 @pytest.mark.django_db
-def test_display_total_sums_the_shards_for_pages():
-    activity = make_activity(stock=24, shards=SHARDS)
-    single = make_activity(stock=5)
+def test_pages_show_every_shard_and_the_reserve_read_now():
+    """What pages, the list, the flag and the API show: the units still for sale, every
+    shard's and the database reserve's, read when asked (no figure refreshed by beat)."""
+    activity = make_activity(stock=24, shards=SHARDS, db_reserve=2)
+    single = make_activity(stock=5, db_reserve=1)
     users = make_users(3)
+    assert units_left_many([activity.pk, single.pk]) == {activity.pk: 24, single.pk: 5}, "a new sale: all of it"
     for user in users:
         reserve(activity, user.pk)
-    assert redis_remaining_many([activity.pk, single.pk]) == {activity.pk: 24, single.pk: 5}  # as of the warm-up
-    assert display_totals_task() == {activity.pk: 21}
-    assert redis_remaining_many([activity.pk, single.pk]) == {activity.pk: 21, single.pk: 5}
+    reserve(single, users[0].pk)
+    assert units_left_many([activity.pk, single.pk]) == {activity.pk: 21, single.pk: 4}
 
 
-@pytest.mark.django_db
-def test_the_beat_refresh_never_creates_a_display_total():
-    """Only the warm-up creates it: a refresh that read the shards just before the close
-    removed every key must not write it back for the ended activity."""
-    activity = make_activity(stock=24, shards=SHARDS)
-    keys = ActivityKeys(activity.pk)
-    stock_redis().delete(keys.display)  # what the close's removal leaves
-    assert display_totals_task() == {activity.pk: 24}  # the shards are still there: it read them
-    assert stock_redis().get(keys.display) is None
-    activity_warmup(activity_id=activity.pk, force=True)
-    assert stock_redis().get(keys.display) == b"24"
+@pytest.mark.django_db(transaction=True)
+def test_a_sharded_zero_is_settled_by_a_second_read():
+    """S > 1: "nothing left" is a fact only when every shard was short at one moment: a
+    second read of the restock counts finds no rise since the first."""
+    activity = make_activity(stock=SHARDS, shards=SHARDS)
+    users = make_users(SHARDS + 1)
+    for user in users[:SHARDS]:
+        assert reserve(activity, user.pk).code == ScriptCode.RESERVED
+    layout = StockLayout(activity.pk, SHARDS)
+    left = layout.units_left(stock_redis())
+    assert (left.units, left.settled, left.sold_out) == (0, True, True)
+    assert reserve(activity, users[SHARDS].pk).code == ScriptCode.SOLD_OUT
+    restocks_before = shard_restocks(stock_redis(), layout.keys, SHARDS)
+    orders_create_from_reservations(activity_id=activity.pk, entries=reservations_pending(activity_id=activity.pk))
+    order_cancel(order=Order.objects.filter(activity=activity).first(), reason="shopper")
+    assert sum(shard_restocks(stock_redis(), layout.keys, SHARDS)) == sum(restocks_before) + 1, "a return counts"
+    assert layout.units_left(stock_redis()).units == 1
+    assert reserve(activity, users[SHARDS].pk).code == ScriptCode.RESERVED
 
 
 @pytest.mark.django_db
