@@ -25,8 +25,10 @@ $(STAMP): requirements.txt requirements-dev.txt
 install: $(STAMP)
 
 # The local settings unless DJANGO_SETTINGS_MODULE says otherwise (every entry point
-# defaults to the production settings).
+# defaults to the production settings). nginx, the front door, is installed when missing
+# (Debian's package; devtools/stack.py stops with the reason when it cannot be found).
 run: $(STAMP)
+	@bash .ci/system-packages nginx
 	@DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.local} $(BIN)/python -m devtools.stack
 
 test: $(STAMP)

@@ -1,6 +1,6 @@
 """gunicorn's settings, read from the working directory by every gunicorn here: `make run`,
-`make bench`, the tests and production (`gunicorn config.asgi:application`). Every value
-can come from the environment; command-line flags override them.
+`make bench`, the tests and production (`gunicorn config.asgi:application`, behind nginx:
+deploy/nginx/). Every value can come from the environment; command-line flags override them.
 
 The defaults are what bench/ measured best on a 2-core machine; docs/BENCHMARKS.md has
 the figures behind each choice.
@@ -8,28 +8,40 @@ the figures behind each choice.
 
 import os
 
-from config.handlers import web_threads
+from server.handlers import web_threads
 
 bind = os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
 # One process per core, each an uvicorn event loop (uvloop, httptools: HTTP parsed in C)
-# with a thread pool for Django's synchronous views (config/handlers.py). A purchase waits
-# on two short round trips (Redis: the gate script with a new shopper's token and the rate
-# limits, the Lua script); a thread hands the core to another request in the same process
-# meanwhile. Keep-alive connections also spare a TCP set-up and close per request.
-# Measured side by side: docs/BENCHMARKS.md. GUNICORN_WORKER_CLASS=gthread with
-# config.wsgi:application is the threaded WSGI server this replaced.
+# with a thread pool for Django's synchronous views (server/app.py), and uvicorn's limits
+# plus a request head's deadline and size (server/worker.py).
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "config.workers.UvicornWorker")
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "server.worker.UvicornWorker")
 threads = web_threads()  # gthread's; the uvicorn workers' thread pool reads the same variable
 # A flood arrives faster than it is served: let the kernel queue it instead of refusing.
 backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
-keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))  # seconds; sync workers close every connection
+# Seconds an idle keep-alive connection stays open. Longer than nginx's upstream keep-alive
+# (deploy/nginx/shop.conf), so nginx, not gunicorn, closes the connections it pools: a
+# connection gunicorn closed just as nginx sent a request on it would be a 502.
+keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "30"))
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 graceful_timeout = 5
 # Load the app once in the master: workers fork with Django already imported.
 preload_app = os.environ.get("GUNICORN_PRELOAD", "true").lower() in ("1", "true", "yes")
 # An access log line per request costs the web tier a write; "-" is stdout, empty is off.
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG", "-") or None
+
+
+def on_starting(server):
+    """Every connection is a file: a worker at its open-file limit stops accepting, and the
+    shop goes dark for everyone. The soft limit is raised to what the system allows (the
+    workers inherit it); uvicorn's limit_concurrency (server/worker.py) answers 503 well
+    before it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        server.log.info("open-file limit raised from %s to %s", soft, hard)
 
 
 def when_ready(server):

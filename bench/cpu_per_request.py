@@ -69,9 +69,9 @@ def main(argv: list[str]) -> int:
             token_shared_fill()  # the pre-sale step (manage.py token_cache_fill)
         tokens = tokens_file.read_text().split()
         try:
-            from config.handlers import StackDispatcher
+            from server.handlers import StackDispatcher
 
-            app = StackDispatcher()  # the stacks behind what gunicorn serves (config/handlers.py)
+            app = StackDispatcher()  # the stacks behind what gunicorn serves (server/handlers.py)
         except ImportError:  # an older checkout, measured for a before/after
             from django.core.handlers.wsgi import WSGIHandler
 

@@ -116,8 +116,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--server",
         choices=sorted(stack.SERVERS),
         default="uvicorn",
-        help="uvicorn (production, config.asgi), uvicorn-wsgi (the same without the API's fast path) "
-        "or gthread (the threaded WSGI server it replaced)",
+        help="uvicorn (production, config.asgi) or gthread (the threaded WSGI server)",
     )
     parser.add_argument("--out", default=str(BASE_DIR / "docs" / "BENCHMARKS.md"))
     parser.add_argument("--json", default=str(BASE_DIR / "bench" / "results" / "latest.json"))

@@ -318,7 +318,7 @@ class Bench:
         self.tail_passes.setdefault(c, []).append(dict(measured[server][c], server=server))
 
     def ping(self, c: int, name: str, tokens: bool = False) -> None:
-        """The project's bare view (config/ping.py); with ``tokens`` every request carries a
+        """The project's bare view (server/ping.py); with ``tokens`` every request carries a
         shopper's API token, so it takes the short API middleware chain (config/handlers.py),
         as purchases do. Context: the ratios are to the yardstick."""
         result = self.wrk(

@@ -176,11 +176,9 @@ def manage(env: dict[str, str], *args: str) -> None:
 
 
 # gunicorn's worker class and the application it serves: the production server (uvicorn
-# workers, config/handlers.py); for contrast, the same without the API's fast path,
-# and the threaded WSGI server it replaced.
+# workers, server/); for contrast, the threaded WSGI server.
 SERVERS = {
-    "uvicorn": ("config.workers.UvicornWorker", "config.asgi:application"),
-    "uvicorn-wsgi": ("config.workers.UvicornWorker", "bench.asgi_without_fast_path:application"),
+    "uvicorn": ("server.worker.UvicornWorker", "config.asgi:application"),
     "gthread": ("gthread", "config.wsgi:application"),
 }
 

@@ -3,11 +3,11 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
-from config import health
-from config.ping import ping
 from orders import urls as order_urls
 from seckill import urls as seckill_urls
 from seckill.views import favicon
+from server import health
+from server.ping import ping
 
 api = [
     path("ping", ping, name="ping"),

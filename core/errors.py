@@ -12,15 +12,21 @@ DATABASE_AWAY = (OperationalError, InterfaceError)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, detail: str, *, retry_after: int | None = None):
+    def __init__(
+        self, status: int, code: str, detail: str, *, retry_after: int | None = None, auth_scheme: str | None = None
+    ):
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
         self.retry_after = retry_after
+        self.auth_scheme = auth_scheme  # a 401's WWW-Authenticate
 
     def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+        headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+        if self.auth_scheme:
+            headers["WWW-Authenticate"] = self.auth_scheme
+        return headers
 
 
 def busy(detail: str = "The sale is busy; please try again in a moment.") -> ApiError:

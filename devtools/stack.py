@@ -1,9 +1,11 @@
 """`make run`: the whole system on one machine.
 
 Starts the embedded PostgreSQL and Redis when DATABASE_URL / REDIS_URL are unset,
-migrates, seeds the demo data, then runs gunicorn, a Celery worker and Celery beat, and
-prints where to go (and the admin password, when this run created the account) once all
-three are up.
+migrates, collects the static files, seeds the demo data, then runs nginx on PORT (the
+repository's deploy/nginx/shop.conf, devtools/nginx.py) in front of gunicorn on a free
+loopback port, a Celery worker and Celery beat, and prints where to go (and the admin
+password, when this run created the account) once nginx answers through to the app and
+the worker and beat are up.
 Ctrl-C (SIGINT) or SIGTERM stops every process it started, embedded servers included.
 """
 
@@ -19,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from devtools import embedded
+from devtools import embedded, nginx
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -42,10 +44,27 @@ def seed(env: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _port_open(port: int) -> bool:
+def _port_free(port: int) -> bool:
     with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def django_paths(env: dict) -> tuple[Path, Path]:
+    """STATIC_ROOT and SECKILL_PUBLISH_DIR as the settings say: what nginx serves itself."""
+    code = "from django.conf import settings as s; print(s.STATIC_ROOT); print(s.SECKILL_PUBLISH_DIR)"
+    done = subprocess.run([PY, "-c", code], cwd=BASE_DIR, env=env, check=True, stdout=subprocess.PIPE, text=True)
+    static_root, publish_root = done.stdout.strip().splitlines()[-2:]
+    return Path(static_root), Path(publish_root)
 
 
 def banner(*, base: str, summary: dict, seeded_at: float) -> list[str]:
@@ -71,31 +90,33 @@ def banner(*, base: str, summary: dict, seeded_at: float) -> list[str]:
     return lines
 
 
-def wait_ready(*, port: int, ready_dir: Path, children: dict, stopping, timeout: float = 120.0) -> bool:
-    """Until the web server accepts connections and the worker and beat said they are up
-    (config.celery_app writes their marks), a child exits or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not stopping():
+def wait_ready(*, base: str, ready_dir: Path, children: dict, stopping, patience: float = 120.0) -> bool:
+    """Until nginx answers through to the app and the worker and beat said they are up
+    (config.celery_app writes their marks): True; False when a child exits or we are
+    stopping. After ``patience`` seconds it says once what it still waits for."""
+    said_after = time.monotonic() + patience
+    app_answered = False  # asked until it first answers: each answer is a line in the access log
+    while not stopping():
         if any(proc.poll() is not None for proc in children.values()):
             return False
-        if _port_open(port) and all((ready_dir / name).exists() for name in ("worker", "beat")):
+        app_answered = app_answered or nginx.answers(base)
+        waiting = [name for name in ("worker", "beat") if not (ready_dir / name).exists()]
+        if not app_answered:
+            waiting.insert(0, "the app through nginx")
+        if not waiting:
             return True
+        if time.monotonic() > said_after:
+            _say(f"still waiting for {', '.join(waiting)}; the lines above may say why (Ctrl-C stops)")
+            said_after = float("inf")
         time.sleep(0.2)
     return False
 
 
-def processes(env: dict) -> dict[str, list[str]]:
-    port = env.get("PORT", "8000")
+def processes(env: dict, front: nginx.Front) -> dict[str, list[str]]:
     return {
-        # Settings from gunicorn.conf.py (workers: WEB_CONCURRENCY); the access log on stdout.
-        "web": [
-            str(BIN / "gunicorn"),
-            "config.asgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--access-logfile",
-            "-",
-        ],
+        # Settings from gunicorn.conf.py (bind: GUNICORN_BIND, behind nginx; workers:
+        # WEB_CONCURRENCY); the access log on stdout.
+        "web": [str(BIN / "gunicorn"), "config.asgi:application", "--access-logfile", "-"],
         "worker": [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "2"],
         "beat": [
             str(BIN / "celery"),
@@ -107,6 +128,8 @@ def processes(env: dict) -> dict[str, list[str]]:
             "--schedule",
             str(embedded.STATE_DIR / "celerybeat-schedule"),
         ],
+        # In the foreground, as a child like the others; its logs in .local/nginx/.
+        "nginx": front.argv(),
     }
 
 
@@ -115,6 +138,19 @@ def main() -> int:
     # The local settings unless the caller chose others (manage.py, the WSGI/ASGI
     # applications and Celery default to production).
     env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    port = int(env.get("PORT", "8000"))
+    # Checked before anything starts: nginx is the front door, and the port is its.
+    try:
+        nginx.binary()
+    except nginx.FrontDoorError as exc:
+        _say(f"cannot start: {exc}")
+        return 1
+    if not _port_free(port):
+        _say(f"cannot start: 127.0.0.1:{port} is taken (another make run?); PORT=<port> make run serves elsewhere")
+        return 1
+    # The app takes the client's address from the header nginx writes (deploy/nginx/shop.conf).
+    env["SECKILL_TRUSTED_PROXY_HEADER"] = "X-Forwarded-For"
+    env["SECKILL_TRUSTED_PROXY_COUNT"] = "1"
     already = embedded.running_services()
     env.update(embedded.ensure_services(env))
     started_here = embedded.running_services() - already
@@ -145,25 +181,34 @@ def main() -> int:
     try:
         _say("migrating the database…")
         _manage("migrate", "--noinput", "-v", "0", env=env)
+        # nginx serves /static/ from STATIC_ROOT.
         _manage("collectstatic", "--noinput", "-v", "0", env=env)
+        static_root, publish_root = django_paths(env)
+        # gunicorn behind nginx, on a loopback port of its own (chosen after the embedded
+        # servers took theirs): a TCP port, as gunicorn is served and measured everywhere
+        # else, and loopback, so nothing off this machine reaches it but through nginx.
+        env["GUNICORN_BIND"] = f"127.0.0.1:{_free_port()}"
+        front = nginx.configure(
+            embedded.STATE_DIR / "nginx",
+            port=port,
+            upstream=env["GUNICORN_BIND"],
+            static_root=static_root,
+            publish_root=publish_root,
+        )
         _say("seeding demo data…")
         summary = seed(env)
         seeded_at = time.monotonic()
-        for name, argv in processes(env).items():
+        for name, argv in processes(env, front).items():
             if stopping:  # Ctrl-C during the set-up: start nothing more
                 break
             # Own process groups: the terminal's Ctrl-C reaches this supervisor, which
             # then stops each child in order instead of all of them at once.
             children[name] = subprocess.Popen(argv, cwd=BASE_DIR, env=env, start_new_session=True)
             _say(f"started {name} (pid {children[name].pid})")
-        port = env.get("PORT", "8000")
-        if not stopping and not wait_ready(
-            port=int(port), ready_dir=ready_dir, children=children, stopping=lambda: stopping
-        ):
-            _say("web, worker and beat are not all up yet; the lines above say why")
-        if not stopping:
+        base = f"http://127.0.0.1:{port}"
+        if not stopping and wait_ready(base=base, ready_dir=ready_dir, children=children, stopping=lambda: stopping):
             # Last, so that no start-up output of the children buries it.
-            for line in banner(base=f"http://127.0.0.1:{port}", summary=summary, seeded_at=seeded_at):
+            for line in banner(base=base, summary=summary, seeded_at=seeded_at):
                 _say(line)
             shown = True
             if not env.get("METRICS_TOKEN"):
@@ -181,6 +226,9 @@ def main() -> int:
     except subprocess.CalledProcessError as exc:
         _say(f"setup step failed: {' '.join(map(str, exc.cmd))} (exit {exc.returncode})")
         code = exc.returncode or 1
+    except nginx.FrontDoorError as exc:
+        _say(f"cannot start nginx: {exc}")
+        code = 1
     finally:
         _say("stopping…")
         for proc in children.values():

@@ -6,6 +6,7 @@ from django.http import JsonResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
+from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
@@ -169,15 +170,14 @@ class PurchaseApi(APIView):
 _purchase_drf = PurchaseApi.as_view()
 
 
-def purchase_token_answer(request, *, activity_id: int) -> tuple[int, dict] | ApiError | None:
-    """A token-authenticated JSON purchase (nearly the whole flood) without DRF's request
-    machinery: (202, body), the refusal, or None when DRF's view must answer (anything
-    unusual). The URL's view and the server's front (config/front.py) both answer with it."""
+def purchase_token_answer(request, *, activity_id: int) -> tuple[int, dict] | ApiError:
+    """A token-authenticated JSON purchase (nearly the whole flood): (202, body) or the
+    refusal, the checks run once. The server's one way into the sale (server.app) and the
+    URL's view both answer with it; a purchase by session goes to DRF's view."""
     try:
-        admitted = token_purchase_admit(request, activity_id=activity_id)
-        if admitted is None:
-            return None
-        return 202, purchase_queued(admitted)
+        return 202, purchase_queued(token_purchase_admit(request, activity_id=activity_id))
+    except AuthenticationFailed as exc:
+        return ApiError(401, "authentication_failed", str(exc.detail), auth_scheme="Token")
     except Exception as exc:
         # The same answers as DRF's exception handler (api_errors), the database away (an
         # uncached token's lookup) included; anything else is a bug.
@@ -187,13 +187,18 @@ def purchase_token_answer(request, *, activity_id: int) -> tuple[int, dict] | Ap
         return known
 
 
+def _token_json(request) -> bool:
+    auth = request.META.get("HTTP_AUTHORIZATION", "").split()
+    return request.content_type == "application/json" and len(auth) == 2 and auth[0].lower() == "token"
+
+
 def purchase(request, activity_id: int):
     """POST /api/activities/<id>/purchase: a token-authenticated JSON purchase answered by
     ``purchase_token_answer``; anything else goes to PurchaseApi. Both run
     gates.purchase_admit, then the stock script."""
-    answer = purchase_token_answer(request, activity_id=activity_id)
-    if answer is None:
+    if request.method != "POST" or not _token_json(request):
         return _purchase_drf(request, activity_id=activity_id)
+    answer = purchase_token_answer(request, activity_id=activity_id)
     if isinstance(answer, ApiError):
         return error_json(answer)
     status, body = answer

@@ -15,9 +15,8 @@ it when created (signal), on a database lookup, and in bulk before a sale
 at once. A change that bypasses model signals (``QuerySet.update``) is seen after
 SECKILL_TOKEN_SHARED_TTL (default 6 h). Each entry carries an HMAC (a key derived from
 SECRET_KEY) over the token's digest and the user: an entry written by anyone else names
-nobody, and the database decides. On the server's event loop (stock.batching) the database
-look-up of the new shoppers of the moment is one statement on the loop's own connection
-(core.loop_database); anywhere else it is one per token on the thread's connection.
+nobody, and the database decides, one prepared statement per token on the thread's
+connection.
 
 A made-up token costs no query: the token filter (a Bloom filter of every token's digest,
 sized by ``token_cache_fill``, kept by the signals) refuses nearly all of them in the same
@@ -51,10 +50,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 
 from core.errors import ApiError
-from core.loop_database import loop_database
 from core.memory import ProcessMemory
 from inventory.services import prepared_cursor
-from stock.batching import fetch_batched, send_unwaited
 from stock.redis_client import cache_redis
 from stock.scripts import (
     GATE_OVER_FAILURES,
@@ -256,16 +253,9 @@ def token_shopper_of_reply(
 
 
 def _token_shopper_from_database(key: str, *, failures: RateLimit | None, redis_up: bool) -> TokenShopper:
-    """On the server's event loop (under stock.batching.run_batched) the token waits for the
-    loop's next lookup, with the other new shoppers of the moment (``_token_rows_fetched``);
-    anywhere else it is looked up on this thread's connection. A key no token can have is
-    not looked up: in a statement shared with other shoppers, a text PostgreSQL refuses (a
-    NUL) would fail all of theirs."""
-    row: tuple[int, str] | None = None
-    if _may_be_a_token(key):
-        waited, row = fetch_batched(_token_rows_fetched, key)
-        if not waited:
-            row = _token_row(key)
+    """The token looked up on this thread's connection (under the web tier's statement
+    timeout: server.app). A key no token can have is not looked up."""
+    row = _token_row(key) if _may_be_a_token(key) else None
     if row is None:
         reply = _gate_lookup(key, failures, refused=True) if redis_up else None
         if reply is not None and reply.over == GATE_OVER_FAILURES:
@@ -280,8 +270,7 @@ _TOKEN_KEY_LENGTH = Token._meta.get_field("key").max_length or 40
 
 
 def _may_be_a_token(key: str) -> bool:
-    # A key no token can have never reaches the shared statement: PostgreSQL refuses a NUL
-    # in text, and that error would fail the lookup of every shopper batched with it.
+    # PostgreSQL refuses a NUL in text; no token is longer than the column.
     return len(key) <= _TOKEN_KEY_LENGTH and "\x00" not in key
 
 
@@ -298,18 +287,6 @@ def _token_row(key: str) -> tuple[int, str] | None:
         except RedisError as exc:
             logger.warning("shared token cache not written: %s", exc)
     return row
-
-
-async def _token_rows_fetched(keys: list[str]) -> dict[str, tuple[int, str]]:
-    """The (user id, username) of the active users' tokens among ``keys``, in one statement
-    on the event loop's own connection (core.loop_database); their shared-cache entries go
-    with the loop's next pipeline, nobody waiting for them. The database away is Django's
-    OperationalError: the purchase answers 503 busy, as the full path's lookup would."""
-    rows = await loop_database.fetch_all(_token_user_sql(many=True), [keys])
-    if rows and not redis_away():
-        ttl = int(settings.SECKILL_TOKEN_SHARED_TTL)
-        send_unwaited(cache_redis(), [_shared_set(key, user_id, username, ttl) for key, user_id, username in rows])
-    return {key: (user_id, username) for key, user_id, username in rows}
 
 
 def _shared_set(key: str, user_id: int, username: str, ttl: int) -> tuple:

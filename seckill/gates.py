@@ -20,25 +20,23 @@ from datetime import datetime, timedelta
 import redis
 from django.conf import settings
 from django.utils import timezone
-from rest_framework.exceptions import AuthenticationFailed
 
 from core.errors import ApiError
 from stock.redis_client import stock_redis
 from stock.scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
 
 from .activities import activity_token_ensure
-from .authentication import token_known, token_lookup, token_shopper_of_reply
+from .authentication import token_known, token_lookup, token_shopper, token_shopper_of_reply
 from .breaker import redis_away, redis_breaker
 from .captcha import captcha_consume
 from .limited import limited_for, limited_remember
 from .models import Activity
-from .room import room_ticket_check, room_used
+from .room import room_ticket_check
 from .selectors import (
     ActivitySnapshot,
     activity_snapshot,
     activity_snapshot_remembered,
     blacklist,
-    blacklist_remembered,
     gate_redis,
     shopper_facts,
 )
@@ -501,67 +499,6 @@ def purchase_admit(request, *, activity: ActivitySnapshot, data, now: datetime, 
     return Admitted(activity, user_id, body, now, ticket_nonce=nonce)
 
 
-class NotRemembered(Exception):
-    """Deciding needs Redis or the database: the full path answers."""
-
-
-def purchase_remembered_refusal(request, *, activity_id: int, token: str, data) -> ApiError | None:
-    """The refusal of a token-authenticated purchase that this process's memory alone
-    decides, with no I/O (the server's front calls it on its event loop). It *is*
-    ``purchase_admit``, with an ``identify`` that knows the shopper from the token memory
-    and stops where the full path would next need Redis (the count against the limits; with
-    none, the ticket or the admission cap's bucket): so a body that is not valid (400), a
-    bad token (403), a remembered sold-out (410), duplicate (409), limit or empty admission
-    bucket (429) are answered as the full path answers them. None when the memory does not
-    know the activity, its token or the shopper, or nothing it remembers refuses."""
-    _known, activity = activity_snapshot_remembered(activity_id)
-    if activity is None or not activity.purchase_token:
-        return None  # the early answers' business, or the first caller makes the token
-    try:
-        shopper = token_known(token)
-    except AuthenticationFailed:
-        return None  # the full path answers 401
-    if shopper is None:
-        return None
-
-    def identify(limits: TrafficLimits, before_count: BeforeCount | None) -> int:
-        if before_count is None:
-            return shopper.user_id
-        before_count(shopper.user_id)
-        _limits_remembered(limits, shopper.user_id)
-        if not limits.any and not room_used(activity):
-            # Nothing to count and no ticket to use: the admission cap is the next check.
-            purchase_admission_remembered(activity)
-        raise NotRemembered  # counting, the ticket, the cap's bucket or the stock script need Redis
-
-    try:
-        purchase_admit(request, activity=activity, data=data, now=timezone.now(), identify=identify)
-    except NotRemembered:
-        return None
-    except ApiError as exc:
-        return exc
-    return None  # not reached: identify stops every purchase that passed the checks
-
-
-def purchase_runs_inline(activity_id: int) -> bool:
-    """Whether a token purchase of this activity needs nothing but this process's memory,
-    two short Redis round trips (the shopper gate, the stock script) and, for a shopper
-    neither this process nor the shared cache knows, the loop's batched token lookup
-    (seckill.authentication), so the server's front may run it on its event loop, which
-    costs half the CPU of the hop to a thread. Not when it may wait on Django's database
-    connection (the activity's eligibility rules ask for the shopper's facts; the
-    blacklist's copy is not in memory) or on a Redis that erred in this process lately
-    (its timeout would hold every connection of the process)."""
-    if not redis_breaker().quiet:
-        return False
-    _known, activity = activity_snapshot_remembered(activity_id)
-    if activity is None or not activity.purchase_token:
-        return False
-    if activity.min_member_level or activity.min_account_age_days:
-        return False
-    return blacklist_remembered()
-
-
 def known_shopper(user_id: int) -> Identify:
     """For a request already authenticated (the DRF view): only the limits to count."""
 
@@ -574,39 +511,30 @@ def known_shopper(user_id: int) -> Identify:
     return identify
 
 
-def token_purchase_admit(request, *, activity_id: int) -> Admitted | None:
+def token_purchase_admit(request, *, activity_id: int) -> Admitted:
     """The checks for an API client (token auth, JSON body) without DRF's request
     machinery, which costs more than the checks themselves: a flash crowd is nearly all
     such requests, and most are answered "sold out" or "rate limited", which should cost
-    what the bare JSON view costs. Raises ApiError to answer.
-
-    Anything unusual (session auth, a bad key, another content type, a body that is not
-    JSON, an unknown activity) returns None: the DRF view answers it, with the same checks.
-    """
-    if request.method != "POST" or request.content_type != "application/json":
-        return None
+    what the bare JSON view costs. Raises ApiError to answer, AuthenticationFailed (401)
+    for a token nobody has."""
     auth = request.META.get("HTTP_AUTHORIZATION", "").split()
     if len(auth) != 2 or auth[0].lower() != "token":
-        return None
+        raise ApiError(401, "not_authenticated", "Authentication credentials were not provided.", auth_scheme="Token")
     try:
         data = json.loads(request.body)
-    except (ValueError, RecursionError):  # the DRF view answers these
-        return None
+    except (ValueError, RecursionError):
+        raise ApiError(400, "invalid_request", "The body is not valid JSON.") from None
     activity = activity_snapshot(activity_id)
     if activity is None:
-        return None
+        raise activity_absent()
     now = timezone.now()
+    failures = auth_failure_limit(request)
     if not activity.purchase_token and activity.phase_at(now) == Activity.Phase.LIVE:
         # Started, and the start task has not made the token yet: the first caller makes
-        # it, after authentication (the DRF view's order), not before.
-        return None
+        # it (purchase_token_check), after authentication, not before.
+        token_shopper(auth[1], failures=failures)
 
     def identify(limits: TrafficLimits, before_count: BeforeCount | None) -> int:
-        return token_shopper_limited(
-            limits, token=auth[1], before_count=before_count, failures=auth_failure_limit(request)
-        )
+        return token_shopper_limited(limits, token=auth[1], before_count=before_count, failures=failures)
 
-    try:
-        return purchase_admit(request, activity=activity, data=data, now=now, identify=identify)
-    except AuthenticationFailed:
-        return None  # the DRF view answers 401
+    return purchase_admit(request, activity=activity, data=data, now=now, identify=identify)

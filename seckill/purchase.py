@@ -1,12 +1,10 @@
 """The purchase: one atomic Redis script, or the database path while Redis is away."""
 
-import asyncio
 import contextlib
 import functools
 import logging
 
 import redis
-from django.core.exceptions import SynchronousOnlyOperation
 
 from core.errors import DATABASE_AWAY, ApiError, busy
 from stock.handover import reserve_hand_over
@@ -112,15 +110,7 @@ def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int) -> Purc
 
 def _reserve_handed_over(activity_id: int) -> None:
     """The reserve handed over to Redis's share, by this process or another (one at a time,
-    under a redis-py Lock); returns once it is, raises busy after ``HANDOVER_WAIT``. The
-    database update needs a thread of its own: on the server's event loop this asks for
-    the thread pool (config/front.py runs the purchase there again)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        raise SynchronousOnlyOperation("the reserve's hand-over updates the database")
+    under a redis-py Lock); returns once it is, raises busy after ``HANDOVER_WAIT``."""
     keys = ActivityKeys(activity_id)
     client = stock_redis()
     lock = client.lock(keys.handover_lock, timeout=30, sleep=0.005, blocking_timeout=HANDOVER_WAIT)
@@ -148,17 +138,7 @@ def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int
 
 def _enqueue_drain(activity_id: int) -> None:
     """Ask a worker to turn the log into orders. Fire and forget: if the broker is down,
-    the flag expires and a later purchase asks again, and the replay is behind both. On
-    the server's event loop (config/front.py) the request is sent from a thread: the loop
-    never waits for the broker."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return _drain_request(activity_id)
-    loop.run_in_executor(None, _drain_request, activity_id)
-
-
-def _drain_request(activity_id: int) -> None:
+    the flag expires and a later purchase asks again, and the replay is behind both."""
     from .tasks import reservations_drain_task
 
     try:

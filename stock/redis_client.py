@@ -14,11 +14,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple, TypeAlias
 
-import hiredis
 import redis
 from django.conf import settings
 from django_redis import get_redis_connection
@@ -27,8 +26,6 @@ from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
 from core.memory import register_reset
-
-from .batching import command_batched
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +44,7 @@ def stock_redis() -> StockRedis:
 
 
 def cache_redis() -> redis.Redis:
-    """This thread's client of the cache Redis (django-redis ``default``). Looked up by its
-    URL, not through Django's ``caches``: on the server's event loop those are one per
-    request (asgiref's Local is per task there), and so would be the connection."""
+    """This thread's client of the cache Redis (django-redis ``default``), by its URL."""
     return thread_client("cache", settings.CACHES["default"]["LOCATION"], lambda: get_redis_connection("default"))
 
 
@@ -87,56 +82,11 @@ class _HeldConnection(redis.Redis):
     """A single-connection client that checks its connection before each command as the
     pool checks one it hands out: a socket with data waiting or closed by the server (a
     Redis that restarted) is dropped and the command goes on a new connection, instead of
-    failing once per thread after every restart. A non-blocking read, no pool round.
-    Under ``stock.batching.run_batched`` a command waits for the loop turn's pipeline."""
+    failing once per thread after every restart. A non-blocking read, no pool round."""
 
     def execute_command(self, *args, **options):
-        batched, reply = command_batched(self, args, options)
-        if batched:
-            return reply
         self._stray_dropped()
         return super().execute_command(*args, **options)
-
-    def send_many(self, commands: Sequence[tuple[tuple, dict]]) -> None:
-        """``commands`` ((args, options) each) written in one go on this client's own
-        connection, no reply read yet (``read_many`` reads them; the event loop writes its
-        batch to every client before it waits for any): a pipeline's round trip without a
-        pipeline's connection. A pipeline takes one from the pool and gives it back, and a
-        pool thread that starts takes that one for its life: the event loop's next batch
-        (``stock.batching``) then opened a connection of its own, with the loop stopped
-        meanwhile. A connection error or a timeout is raised, the connection dropped (the
-        next command connects again)."""
-        self._stray_dropped()
-        connection = self.connection
-        if connection is None:  # only a client made without its single connection
-            raise redis.ConnectionError("this client holds no connection")
-        packed = b"".join([_packed(connection, args) for args, _ in commands])
-        with self.single_connection_lock:
-            try:
-                connection.send_packed_command([packed])
-            except BaseException:
-                connection.disconnect()  # a command may be half written: never reuse the socket
-                raise
-
-    def read_many(self, commands: Sequence[tuple[tuple, dict]]) -> list:
-        """The replies to ``commands``, written by ``send_many`` just before, in order: a
-        command's error (``ResponseError``) is its reply; a connection error or a timeout is
-        raised, the connection dropped."""
-        connection = self.connection
-        if connection is None:
-            raise redis.ConnectionError("this client holds no connection")
-        with self.single_connection_lock:
-            try:
-                replies: list = []
-                for args, options in commands:
-                    try:
-                        replies.append(self.parse_response(connection, args[0], **options))
-                    except redis.ResponseError as exc:
-                        replies.append(exc)
-            except BaseException:
-                connection.disconnect()  # replies may be left unread: never reuse the socket
-                raise
-        return replies
 
     def _stray_dropped(self) -> None:
         connection = self.connection
@@ -147,21 +97,6 @@ class _HeldConnection(redis.Redis):
                 stray = True
             if stray:
                 connection.disconnect()
-
-
-def _packed(connection, args: tuple) -> bytes:
-    """One command in Redis's protocol, by hiredis's packer: a C call, 4.9 µs for the
-    shopper gate's 21 arguments where redis-py's Python loop over them takes 13.7 µs
-    (timeit), and a purchase sends two to four. redis-py's own for what only it takes or
-    refuses: a command name of two words, which it splits, a bytearray; a bool or None,
-    which it refuses with its DataError."""
-    name = args[0]
-    if not (isinstance(name, str) and " " in name):
-        try:
-            return hiredis.pack_command(args)
-        except TypeError:
-            pass
-    return b"".join(connection.pack_command(*args))
 
 
 class _Held(NamedTuple):

@@ -142,3 +142,39 @@ def on_cluster(redis_cluster, settings):
     reset_stock_redis()
     yield {"SECKILL_REDIS_CLUSTER": "true", "SECKILL_REDIS_URL": redis_cluster.url}
     reset_stock_redis()
+
+
+class Counted:
+    """The ASGI app Django's site chain is served by (a2wsgi), counting the requests it is handed."""
+
+    def __init__(self, app):
+        self.app, self.calls = app, 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            self.calls += 1
+        return await self.app(scope, receive, send)
+
+
+@pytest.fixture(scope="module")
+def wsgi_application():
+    """The WSGI stacks (server.handlers.StackDispatcher): token-authenticated API calls take
+    the short API_MIDDLEWARE chain, everything else the full one."""
+    from server.handlers import StackDispatcher
+
+    return StackDispatcher()
+
+
+@pytest.fixture(scope="module")
+def asgi_application():
+    """config.asgi.application (server.app.Shop): purchases enter the sale in one place,
+    token-authenticated API calls go straight to the API chain, the rest is handed to the
+    WSGI stacks through a2wsgi, counted in ``.handed.calls``. (Imported here: server.app sets
+    the web tier's statement timeout on every database connection of the process.)"""
+    from server.app import get_application
+
+    app = get_application()
+    pool = app.pool
+    app.site = app.handed = Counted(app.site)
+    yield app
+    pool.shutdown(wait=True)

@@ -79,24 +79,36 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def http(base: str, method: str, path: str, *, key: str | None = None, body=None, headers: dict | None = None):
+def http(
+    base: str,
+    method: str,
+    path: str,
+    *,
+    key: str | None = None,
+    body=None,
+    headers: dict | None = None,
+    timeout: float = 120,
+):
     """One request to a real server: (status, JSON body, headers); never raises on an
-    HTTP error status (every answer of the API is JSON, errors included). The headers
-    are looked up case-insensitively, as HTTP's are (uvicorn sends them in lower case)."""
+    HTTP error status (every answer of the API is JSON, errors included), raises TimeoutError
+    past ``timeout``. The headers are looked up case-insensitively, as HTTP's are (uvicorn
+    sends them in lower case)."""
     data = json.dumps(body).encode() if body is not None else None
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     if key:
         all_headers["Authorization"] = f"Token {key}"
     request = urllib.request.Request(f"{base}{path}", data=data, headers=all_headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=120) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.loads(response.read() or b"null"), response.headers
     except urllib.error.HTTPError as exc:
         raw = exc.read()
         return exc.code, (json.loads(raw) if raw else None), exc.headers
 
 
-def purchase(base: str, activity_id: int, key: str, token: str, *, headers: dict | None = None, **extra):
+def purchase(
+    base: str, activity_id: int, key: str, token: str, *, headers: dict | None = None, timeout: float = 120, **extra
+):
     """POST /api/activities/<id>/purchase as the shopper whose API token is ``key``;
     ``extra`` goes into the body (``quantity=2``). Answers as http()."""
     return http(
@@ -106,6 +118,7 @@ def purchase(base: str, activity_id: int, key: str, token: str, *, headers: dict
         key=key,
         body={"token": token, **extra},
         headers=headers,
+        timeout=timeout,
     )
 
 
@@ -198,7 +211,7 @@ def start_gunicorn(
         "--timeout",
         "60",
     ]
-    # The uvicorn workers' thread pool (config.handlers.web_threads).
+    # The uvicorn workers' thread pool (server.handlers.web_threads).
     env = dict(env or subprocess_env(), GUNICORN_THREADS=str(threads))
     process = Process("gunicorn", argv, env, log_dir).start()
     base = f"http://127.0.0.1:{port}"
@@ -264,7 +277,7 @@ def shopping_while_rewarming(activity_id: int, shop: Callable, chunks: list, *, 
     return outcomes
 
 
-# --- the in-process WSGI and ASGI applications (config.handlers) -----------------------
+# --- the in-process WSGI and ASGI applications (server.handlers, server.app) ----------
 
 
 def wsgi_call(app, method: str, path: str, *, headers: dict | None = None, body=None) -> dict:
@@ -371,23 +384,6 @@ async def asgi_request(app, method: str, path: str, *, headers=None, body=None, 
 
 
 # --- Redis's own count of the commands it ran -------------------------------------------
-
-
-def batch_sizes(monkeypatch) -> list[int]:
-    """The number of commands of each batch the event loop's purchases send together
-    (``stock.batching``, one write on a thread client's connection) from now on, in order;
-    the list fills as they run."""
-    from stock.redis_client import _HeldConnection
-
-    sizes: list[int] = []
-    send_many = _HeldConnection.send_many
-
-    def counted(client, commands):
-        sizes.append(len(commands))
-        return send_many(client, commands)
-
-    monkeypatch.setattr(_HeldConnection, "send_many", counted)
-    return sizes
 
 
 def redis_calls() -> dict[str, int]:
@@ -511,3 +507,65 @@ def staff_groups_create() -> None:
     import_module("orders.migrations.0003_staff_groups").create_groups(apps, None)
     import_module("orders.migrations.0010_merchant_order_grants").grant(apps, None)
     import_module("seckill.migrations.0007_activity_owner").grant(apps, None)
+
+
+# --- nginx in front (deploy/nginx/shop.conf, devtools/nginx.py) ---------------------------
+
+
+class FrontProcess(Process):
+    """nginx started by ``start_front``: ``front`` (devtools.nginx.Front: its prefix, logs
+    and URL) and the roots it serves. Stopping it removes the prefix (configuration, cache,
+    temporary files)."""
+
+    def __init__(self, front, log_dir: Path, *, static_root: Path, publish_root: Path):
+        super().__init__("nginx", front.argv(), dict(os.environ), log_dir)
+        self.front, self.static_root, self.publish_root = front, static_root, publish_root
+
+    def stop(self, timeout: float = 15.0) -> None:
+        import shutil
+
+        super().stop(timeout)
+        shutil.rmtree(self.front.prefix, ignore_errors=True)
+
+
+def start_front(
+    log_dir: Path, upstream: str, *, static_root: Path | None = None, publish_root: Path | None = None
+) -> tuple[FrontProcess, str]:
+    """The repository's nginx configuration on a free port in front of ``upstream`` (a base
+    URL such as start_gunicorn's, ``host:port`` or ``unix:/path``); returns (process, base
+    URL) once nginx answers through to the upstream (``GET /api/ping`` is 200). Its logs go
+    to ``log_dir``; its prefix lives under ``.local/`` (run as root, nginx's workers are
+    ``nobody``, who cannot enter pytest's private temporary folders). ``static_root``
+    defaults to STATIC_ROOT; ``publish_root`` to an empty folder of its own."""
+    import tempfile
+
+    from django.conf import settings
+
+    from devtools import nginx
+
+    (BASE_DIR / ".local").mkdir(exist_ok=True)
+    prefix = Path(tempfile.mkdtemp(prefix="front-test-", dir=BASE_DIR / ".local"))
+    prefix.chmod(0o755)
+    publish_root = publish_root or prefix / "publish"
+    publish_root.mkdir(parents=True, exist_ok=True)
+    static_root = static_root or Path(settings.STATIC_ROOT)
+    try:
+        front = nginx.configure(
+            prefix,
+            port=free_port(),
+            upstream=upstream.removeprefix("http://").rstrip("/"),
+            static_root=static_root,
+            publish_root=publish_root,
+            log_dir=log_dir,
+        )
+    except Exception:
+        import shutil
+
+        shutil.rmtree(prefix, ignore_errors=True)
+        raise
+    process = FrontProcess(front, log_dir, static_root=static_root, publish_root=publish_root).start()
+    wait_until(lambda: not process.alive() or nginx.answers(front.base_url), timeout=30, what="nginx to answer through")
+    if not process.alive():
+        process.stop()
+        raise AssertionError(f"nginx died:\n{process.log()[-3000:]}\n{front.error_log_tail()}")
+    return process, front.base_url

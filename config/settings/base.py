@@ -46,7 +46,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: a page declared identical for every visitor leaves without per-visitor headers.
     "seckill.middleware.SharedPageMiddleware",
-    "config.request_log.RequestIdMiddleware",
+    "server.request_log.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -66,9 +66,9 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 # Requests to /api/ with "Authorization: Token …" (API clients, the flood) take this
-# shorter chain: see config/handlers.py for what each left-out middleware would do.
+# shorter chain: see server/handlers.py for what each left-out middleware would do.
 API_MIDDLEWARE = [
-    "config.request_log.RequestIdMiddleware",
+    "server.request_log.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
     "seckill.metrics.PurchaseOutcomeMiddleware",
@@ -110,9 +110,16 @@ if DATABASES:
     # one request per process and is then replaced; Celery replaces broken connections
     # between tasks, and its tasks retry on OperationalError.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DJANGO_CONN_HEALTH_CHECKS", default=False)
+    # A database that does not answer a connect within seconds is away: the request answers
+    # 503 busy rather than waiting with a thread held.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 3)
     # ATOMIC_REQUESTS stays off: the purchase path must never hold a transaction while it talks to Redis.
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Seconds a statement of the web tier may run (PostgreSQL's statement_timeout, lock waits
+# included, set on each of its connections by server.app): a request never waits on the
+# database longer, and no backend keeps running a statement nobody waits for.
+WEB_STATEMENT_TIMEOUT = env.float("WEB_STATEMENT_TIMEOUT", default=5.0)
 
 CACHES = {
     "default": {
@@ -484,7 +491,7 @@ globals().update(email_settings(EMAIL_URL))
 DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="webmaster@localhost")
 
 # --- Operator endpoints ------------------------------------------------------------------
-# Bearer token for /metrics and the details of /healthz (config/health.py). Unset: /metrics
+# Bearer token for /metrics and the details of /healthz (server/health.py). Unset: /metrics
 # answers 401 to everyone and /healthz only says ok or degraded.
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
 
@@ -494,13 +501,13 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {
-        "request_id": {"()": "config.request_log.RequestIdFilter"},
+        "request_id": {"()": "server.request_log.RequestIdFilter"},
         "expected_rejections": {"()": "core.log_filters.ExpectedRejectionFilter"},
         "url_passwords": {"()": "core.safety.UrlPasswordFilter"},
     },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
-        "json": {"()": "config.request_log.JsonFormatter"},
+        "json": {"()": "server.request_log.JsonFormatter"},
     },
     "handlers": {
         "console": {

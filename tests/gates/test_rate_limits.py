@@ -85,7 +85,7 @@ def test_50_shoppers_behind_one_address_are_limited_per_address(gunicorn, celery
 def test_a_forged_forwarded_for_is_not_an_address_without_a_trusted_proxy(gunicorn):
     """No SECKILL_TRUSTED_PROXY_HEADER: the socket's address counts, whatever
     X-Forwarded-For a client sends, even from a peer the server itself trusts (loopback:
-    config.workers keeps uvicorn from rewriting the address)."""
+    server.worker keeps uvicorn from rewriting the address)."""
     base = gunicorn(SECKILL_RATE_PER_IP="3/h")
     activity = make_activity(stock=10)
     users = make_users(6)
@@ -124,7 +124,7 @@ def test_global_cap_sheds_the_excess_and_every_admitted_purchase_is_correct(guni
 def test_a_limited_shopper_is_answered_from_the_process_memory_until_the_window_ends(gunicorn):
     """Over a fixed window's limit stays over until the window ends: each web process says
     429 itself meanwhile, counted in Redis's own INFO commandstats."""
-    base = gunicorn(SECKILL_RATE_PER_USER="2/h", SECKILL_ACTIVITY_CACHE_TTL="120", SECKILL_ACTIVITY_REDIS_TTL="120")
+    base = gunicorn(SECKILL_RATE_PER_USER="2/h", SECKILL_ACTIVITY_CACHE_TTL="1", SECKILL_ACTIVITY_REDIS_TTL="120")
     activity = make_activity(stock=10)
     (user,) = make_users(1)
     key, token = keys_of([user])[user.pk], activity_token_ensure(activity_id=activity.pk)

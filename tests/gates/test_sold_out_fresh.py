@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from config.handlers import StackDispatcher
 from core.memory import memories
 from orders.models import Order
 from orders.services import orders_expire_overdue
 from seckill.activities import activity_token_ensure
 from seckill.replay import reservations_drain
 from seckill.selectors import redis_remaining
+from server.handlers import StackDispatcher
 
 from ..factories import make_activity, make_users
 from ..helpers import wait_until, wsgi_call

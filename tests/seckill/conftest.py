@@ -1,14 +1,12 @@
 """Fixtures of the seckill tests: the merchant's admin client, and the project's two
-in-process applications (config.handlers): the WSGI stacks and the ASGI app gunicorn's
-uvicorn workers serve, with ``api_stack`` running a test through each."""
+in-process applications (server.handlers, server.app): the WSGI stacks and the ASGI app
+gunicorn's uvicorn workers serve, with ``api_stack`` running a test through each."""
 
 from dataclasses import dataclass
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
-
-from config.handlers import StackDispatcher, get_asgi_application
 
 from ..helpers import asgi_call, wsgi_call
 
@@ -19,37 +17,6 @@ def merchant(db) -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-class Counted:
-    """The ASGI app behind the fast path, counting the requests it is handed."""
-
-    def __init__(self, app):
-        self.app, self.calls = app, 0
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            self.calls += 1
-        return await self.app(scope, receive, send)
-
-
-@pytest.fixture(scope="module")
-def wsgi_application():
-    """The WSGI stacks (config.handlers.StackDispatcher): token-authenticated API calls take
-    the short API_MIDDLEWARE chain, everything else the full one."""
-    return StackDispatcher()
-
-
-@pytest.fixture(scope="module")
-def asgi_application():
-    """config.asgi.application: behind the front's early answers, token-authenticated API
-    calls take the fast path, the rest is handed to the WSGI stacks, counted in
-    ``.handed.calls``."""
-    app = get_asgi_application()
-    fast_path = app.app
-    fast_path.app = app.handed = Counted(fast_path.app)
-    yield app
-    fast_path.executor.shutdown(wait=True)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The WSGI stacks behind config.asgi (config.handlers.StackDispatcher): token-authenticated
+"""The WSGI stacks behind config.asgi (server.handlers.StackDispatcher): token-authenticated
 API calls take the short API_MIDDLEWARE chain, everything else the full one, and both
 answer the same. The tests taking ``api_stack`` run through the WSGI stacks ("wsgi") and
 through config.asgi.application ("asgi", whose fast path only leaves out the WSGI adapter);

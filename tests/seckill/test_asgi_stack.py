@@ -1,15 +1,16 @@
-"""config.asgi.application, what gunicorn's uvicorn workers serve: a token-authenticated
-API call goes straight to the API handler (config.handlers.TokenApiFastPath), everything
-else through the WSGI stacks on the thread pool. Both give the same answers: the fast
-path only leaves out the WSGI adapter, never a rule (the tests taking ``api_stack`` in
-test_api_stack.py run through both)."""
+"""config.asgi.application (server.app.Shop), what gunicorn's uvicorn workers serve: a
+token-authenticated API call goes straight to the API chain (``ApiTokenHandler.answer``), a
+purchase into the sale's one entry, everything else through the WSGI stacks on the thread
+pool. Both give the same answers: the ASGI app only leaves out the WSGI adapter, never a
+rule (the tests taking ``api_stack`` in test_api_stack.py run through both)."""
 
 import json
 
 import pytest
 
-from config.handlers import FAST_PATH_MAX_BODY, StackDispatcher
 from seckill.activities import activity_token_ensure
+from server.app import PURCHASE_MAX_BODY
+from server.handlers import StackDispatcher
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
@@ -78,25 +79,25 @@ def test_the_fast_path_answers_as_the_wsgi_stack_does(application):
     assert int(stock_redis().get(ActivityKeys(activity.pk).stock)) == 0  # the one buyer's unit, no more
 
 
-def test_a_body_over_the_fast_paths_limit_reaches_django_whole(application):
-    """Read in three parts, past FAST_PATH_MAX_BODY: the WSGI stack gets every byte
-    (replayed) and answers the unknown field, not a truncated body."""
+def test_a_purchase_body_is_read_whole_and_one_over_the_cap_is_refused(application):
+    """A body in three parts is read whole before the purchase runs; one past
+    PURCHASE_MAX_BODY is 413 ``payload_too_large`` and sells nothing."""
     activity = make_activity(stock=5)
     (user,) = make_users(1, prefix="big")
-    raw = json.dumps({"token": "t", "padding": "x" * (FAST_PATH_MAX_BODY * 2)}).encode()
-    third = len(raw) // 3
-    before = application.handed.calls
+    token = activity_token_ensure(activity_id=activity.pk)
+    headers = {"Authorization": f"Token {token_of(user)}"}
+    path = f"/api/activities/{activity.pk}/purchase"
+    raw = json.dumps({"token": token, "quantity": 1}).encode()
+    answer = asgi_call(application, "POST", path, headers=headers, chunks=[raw[:5], raw[5:9], raw[9:]])
+    assert answer["status"] == 202, answer
+    big = json.dumps({"token": token, "padding": "x" * (PURCHASE_MAX_BODY * 2)}).encode()
+    third = len(big) // 3
     answer = asgi_call(
-        application,
-        "POST",
-        f"/api/activities/{activity.pk}/purchase",
-        headers={"Authorization": f"Token {token_of(user)}"},
-        chunks=[raw[:third], raw[third : 2 * third], raw[2 * third :]],
+        application, "POST", path, headers=headers, chunks=[big[:third], big[third : 2 * third], big[2 * third :]]
     )
-    assert answer["status"] == 400, answer
-    assert json.loads(answer["body"]) == {"code": "invalid_request", "detail": "Unknown field(s): padding."}
-    assert application.handed.calls == before + 1
-    assert int(stock_redis().get(ActivityKeys(activity.pk).stock)) == 5
+    assert answer["status"] == 413, answer
+    assert json.loads(answer["body"])["code"] == "payload_too_large"
+    assert int(stock_redis().get(ActivityKeys(activity.pk).stock)) == 4
 
 
 def test_a_client_gone_before_its_body_gets_no_answer_and_buys_nothing(application):

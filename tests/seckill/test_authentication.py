@@ -1,7 +1,6 @@
 """The cached authentication of the JSON API (seckill/authentication.py), the bare ping
 view the benchmarks measure against, and the bench-only endpoint staying unmounted."""
 
-import asyncio
 import gc
 import io
 
@@ -14,17 +13,14 @@ from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.test import APIClient
 
-from core.loop_database import loop_database
 from seckill.activities import activity_token_ensure
 from seckill.authentication import (
     SHARED_PREFIX,
     token_cache_clear,
     token_known,
-    token_shared_key,
     token_shopper,
 )
 from seckill.selectors import gate_redis
-from stock.batching import run_batched
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
@@ -202,68 +198,14 @@ def test_token_cache_fill_shares_every_active_users_token_and_no_other(django_as
     assert _result_as(token_of(users[2]), activity) == 401
 
 
-@pytest.mark.django_db(transaction=True)  # the loop's own connection sees what is committed
-def test_new_shoppers_on_the_event_loop_are_one_statement_and_only_the_active_are_shared(monkeypatch):
-    """Under stock.batching.run_batched (the server's front) the tokens the shared cache
-    does not hold wait for one statement on the loop's own connection; what it finds is
-    remembered and shared, a token nobody has and an inactive user's are refused."""
-    users = make_users(3, prefix="batch-fetch")
-    get_user_model().objects.filter(pk=users[2].pk).update(is_active=False)
-    keys = [token_of(user) for user in users]
-    nobody = "0" * 40
-    statements: list[list[str]] = []
-    fetch_all = loop_database.fetch_all
-
-    async def counted(sql, params):
-        statements.append(sorted(params[0]))
-        return await fetch_all(sql, params)
-
-    monkeypatch.setattr(loop_database, "fetch_all", counted)
-
-    def shopper(key: str) -> int | str:
-        try:
-            return token_shopper(key).user_id
-        except AuthenticationFailed:
-            return "refused"
-
-    async def together():
-        return await asyncio.gather(*(run_batched(shopper, key) for key in [*keys, nobody]))
-
-    assert asyncio.run(together()) == [users[0].pk, users[1].pk, "refused", "refused"]
-    assert statements == [sorted([*keys, nobody])], "one statement for the four"
-    shared = {key.decode() for key in gate_redis().keys(f"{SHARED_PREFIX}*")}
-    assert shared == {token_shared_key(key) for key in keys[:2]}
-    token_cache_clear()  # another process: the shared cache answers, no query
-    activity = make_activity(stock=1)
-    assert _result_as(keys[0], activity) == 200
-    assert statements == [sorted([*keys, nobody])]
-    assert _result_as(keys[2], activity) == _result_as(nobody, activity) == 401
-
-
 @pytest.mark.django_db(transaction=True)
-def test_a_key_no_token_can_have_is_refused_without_failing_the_others_lookup(monkeypatch):
-    """Where the token filter lets every token through (none built yet), a key with a NUL
-    or longer than any token reached the shared statement, which PostgreSQL then refused
-    whole: every new shopper of that loop turn would have been answered 500."""
+def test_a_key_no_token_can_have_is_refused_without_a_query(django_assert_max_num_queries):
+    """A key with a NUL (PostgreSQL refuses it in text) or longer than any token is refused
+    without a lookup; the real token beside it is found."""
     (user,) = make_users(1, prefix="nul-key")
     key = token_of(user)
-    statements: list[list[str]] = []
-    fetch_all = loop_database.fetch_all
-
-    async def counted(sql, params):
-        statements.append(params[0])
-        return await fetch_all(sql, params)
-
-    monkeypatch.setattr(loop_database, "fetch_all", counted)
-
-    def shopper(candidate: str) -> int | str:
-        try:
-            return token_shopper(candidate).user_id
-        except AuthenticationFailed:
-            return "refused"
-
-    async def together():
-        return await asyncio.gather(*(run_batched(shopper, k) for k in [key, "bad\x00key", "y" * 41]))
-
-    assert asyncio.run(together()) == [user.pk, "refused", "refused"]
-    assert statements == [[key]]
+    with django_assert_max_num_queries(0):
+        for candidate in ("bad\x00key", "y" * 41):
+            with pytest.raises(AuthenticationFailed):
+                token_shopper(candidate)
+    assert token_shopper(key).user_id == user.pk

@@ -1,15 +1,20 @@
-"""A flood through the real server (gunicorn, uvicorn workers) on keep-alive connections:
-every request gets its answer on the connection it was sent on. A server that answers
-before reading the body must read it or say ``Connection: close``; closing silently makes
-a client that reuses the connection read an empty socket (a transport error)."""
+"""The real server (gunicorn, uvicorn workers, server.app) under a flood: every 202 becomes
+an order, and on keep-alive connections every request gets its answer on the connection it
+was sent on — a server that answered and then closed with bytes unread would reset the
+connection, and a client could lose the answer."""
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from orders.models import Order
+from seckill.activities import activity_token_ensure
+from seckill.authentication import token_shared_remember
+
 from ..factories import make_activity, make_users, token_of
-from ..helpers import start_gunicorn, subprocess_env
+from ..helpers import assert_identity, purchase, start_celery_worker, start_gunicorn, subprocess_env, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,13 +81,14 @@ async def _flood(port: int, requests: list[tuple[bytes, bytes]]) -> tuple[list[t
 @pytest.mark.parametrize(
     "memory",
     [
-        pytest.param("1", id="answered-at-the-front"),  # the production memory: the front knows
-        pytest.param("0", id="answered-by-django"),  # no memory: every request reaches the views
+        pytest.param("1", id="answered-from-memory"),  # the production memory: on the event loop
+        pytest.param("0", id="answered-on-the-pool"),  # no memory: every request runs the checks
     ],
 )
-def test_a_flood_of_purchases_for_unknown_activities_gets_every_404_on_its_connection(process_logs, memory):
-    """Every 100th request carries a body too large to come in one piece: answered before
-    all of it is read, its answer must close the connection."""
+def test_a_flood_of_purchases_for_unknown_activities_gets_every_answer_on_its_connection(process_logs, memory):
+    """Every 100th request carries a body over the purchase's cap (413): read to its end
+    all the same, so the connection carries the next request and no answer is lost to a
+    reset."""
     activity = make_activity(stock=5)
     key = token_of(make_users(1, prefix="flood")[0])
     env = subprocess_env(SECKILL_ACTIVITY_CACHE_TTL=memory)
@@ -105,4 +111,42 @@ def test_a_flood_of_purchases_for_unknown_activities_gets_every_404_on_its_conne
         web.stop()
     assert errors == []
     assert len(answers) == REQUESTS
-    assert set(answers) == {(404, "not_found")}
+    assert set(answers) == {(404, "not_found"), (413, "payload_too_large")}
+    assert answers.count((413, "payload_too_large")) == REQUESTS // 100
+
+
+def test_a_flood_through_the_real_server_keeps_every_202(process_logs):
+    """The real server with the production memories and a real Celery worker: the drain
+    requests a purchase on the loop makes reach the worker, every 202 becomes an order and
+    no unit is sold twice."""
+    stock, shoppers = 60, 150
+    activity = make_activity(stock=stock)
+    users = make_users(shoppers, prefix="inlineflood")
+    token_shared_remember([(token_of(u), u.pk, u.username) for u in users[: shoppers // 2]])  # half in the shared cache
+    env = subprocess_env(
+        SECKILL_ACTIVITY_CACHE_TTL="1",
+        SECKILL_BLACKLIST_CACHE_TTL="1",
+        SECKILL_SOLD_OUT_TTL="1",
+        SECKILL_DUPLICATE_TTL="1",
+    )
+    worker = start_celery_worker(process_logs, env=env)
+    server, base = start_gunicorn(process_logs, workers=2, threads=4, env=env)
+    try:
+        keys = [token_of(u) for u in users]
+        with ThreadPoolExecutor(max_workers=24) as threads:
+            token = activity_token_ensure(activity_id=activity.pk)
+            answers = list(threads.map(lambda key: purchase(base, activity.pk, key, token), keys))
+        statuses = [status for status, _body, _headers in answers]
+        assert statuses.count(202) == stock, statuses
+        assert set(statuses) <= {202, 410}, statuses
+        wait_until(
+            lambda: Order.objects.filter(activity=activity).count() == stock,
+            timeout=90,
+            what="every 202's order, drained by the worker",
+        )
+        winners = {u.pk for u, (status, _b, _h) in zip(users, answers, strict=True) if status == 202}
+        assert set(Order.objects.filter(activity=activity).values_list("user_id", flat=True)) == winners
+        assert_identity(activity)
+    finally:
+        server.stop()
+        worker.stop()
