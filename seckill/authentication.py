@@ -50,6 +50,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 
 from core.errors import ApiError
+from core.loop_bridge import await_only, on_loop
+from core.loop_database import loop_database
 from core.memory import ProcessMemory
 from inventory.services import prepared_cursor
 from stock.redis_client import cache_redis
@@ -277,10 +279,14 @@ def _may_be_a_token(key: str) -> bool:
 def _token_row(key: str) -> tuple[int, str] | None:
     """(user id, username) of an active user's token, written to the shared cache; None."""
     # One fixed-text statement, prepared once per connection: not an ORM query, and not
-    # parsed and planned again for every new shopper of a flood.
-    with prepared_cursor() as cursor:
-        cursor.execute(_token_user_sql(), [key])
-        row = cursor.fetchone()
+    # parsed and planned again for every new shopper of a flood. On the event loop, on the
+    # loop's own connection (Django's refuse the loop's thread).
+    if on_loop():
+        row = await_only(loop_database().fetch_one(_token_user_sql(), [key]))
+    else:
+        with prepared_cursor() as cursor:
+            cursor.execute(_token_user_sql(), [key])
+            row = cursor.fetchone()
     if row is not None:
         try:
             token_shared_remember([(key, *row)])
@@ -297,9 +303,8 @@ def _shared_set(key: str, user_id: int, username: str, ttl: int) -> tuple:
 def token_shared_remember(entries: Iterable[tuple[str, int, str]]) -> int:
     """Put (key, user id, username) triples in the shared cache; returns how many."""
     ttl = int(settings.SECKILL_TOKEN_SHARED_TTL)
-    client = get_redis_connection("default")
     done = 0
-    pipe = client.pipeline(transaction=False)
+    pipe = cache_redis().pipeline(transaction=False)
     for key, user_id, username in entries:
         pipe.execute_command(*_shared_set(key, user_id, username, ttl))
         done += 1

@@ -37,6 +37,7 @@ from .selectors import (
     activity_snapshot,
     activity_snapshot_remembered,
     blacklist,
+    blacklist_remembered,
     gate_redis,
     shopper_facts,
 )
@@ -497,6 +498,25 @@ def purchase_admit(request, *, activity: ActivitySnapshot, data, now: datetime, 
     purchase_admission_check(activity)
     purchase_shopper_check(request, activity=activity, user_id=user_id, body=body, now=now)
     return Admitted(activity, user_id, body, now, ticket_nonce=nonce)
+
+
+def purchase_runs_inline(activity_id: int) -> bool:
+    """Whether a token purchase of this activity waits on nothing but Redis and, for a
+    shopper neither this process nor the shared cache knows, the loop's token look-up
+    (core.loop_database), so the server may run it on its event loop (core.loop_bridge),
+    which costs a fraction of the hop to a thread. Not when it may need Django's database
+    connections (the activity or the blacklist not in this process's memory; eligibility
+    rules, which read the shopper's facts), a Redis that erred in this process lately (its
+    timeout would hold every connection of the loop), or a Redis Cluster (its client has no
+    asyncio twin here)."""
+    if settings.SECKILL_REDIS_CLUSTER or not redis_breaker().quiet:
+        return False
+    _known, activity = activity_snapshot_remembered(activity_id)
+    if activity is None or not activity.purchase_token:
+        return False
+    if activity.min_member_level or activity.min_account_age_days:
+        return False
+    return blacklist_remembered()
 
 
 def known_shopper(user_id: int) -> Identify:

@@ -1,12 +1,15 @@
 """The purchase: one atomic Redis script, or the database path while Redis is away."""
 
+import asyncio
 import contextlib
 import functools
 import logging
 
 import redis
+from django.core.exceptions import SynchronousOnlyOperation
 
 from core.errors import DATABASE_AWAY, ApiError, busy
+from core.loop_bridge import on_loop
 from stock.handover import reserve_hand_over
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
@@ -110,7 +113,11 @@ def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int) -> Purc
 
 def _reserve_handed_over(activity_id: int) -> None:
     """The reserve handed over to Redis's share, by this process or another (one at a time,
-    under a redis-py Lock); returns once it is, raises busy after ``HANDOVER_WAIT``."""
+    under a redis-py Lock); returns once it is, raises busy after ``HANDOVER_WAIT``. It
+    updates the database and may wait for the lock: on the event loop it asks for a thread
+    (``SynchronousOnlyOperation``: the server runs the purchase again on its pool)."""
+    if on_loop():
+        raise SynchronousOnlyOperation("the reserve's hand-over updates the database")
     keys = ActivityKeys(activity_id)
     client = stock_redis()
     lock = client.lock(keys.handover_lock, timeout=30, sleep=0.005, blocking_timeout=HANDOVER_WAIT)
@@ -138,7 +145,15 @@ def _purchase_database_path(breaker, *, activity: ActivitySnapshot, user_id: int
 
 def _enqueue_drain(activity_id: int) -> None:
     """Ask a worker to turn the log into orders. Fire and forget: if the broker is down,
-    the flag expires and a later purchase asks again, and the replay is behind both."""
+    the flag expires and a later purchase asks again, and the replay is behind both. On the
+    event loop the message is sent from a thread: the loop never waits for the broker."""
+    if on_loop():
+        asyncio.get_running_loop().run_in_executor(None, _drain_request, activity_id)
+    else:
+        _drain_request(activity_id)
+
+
+def _drain_request(activity_id: int) -> None:
     from .tasks import reservations_drain_task
 
     try:

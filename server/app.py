@@ -23,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import re
 
 from a2wsgi import WSGIMiddleware
 from django.conf import settings
+from django.core.exceptions import SynchronousOnlyOperation
 from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections
 from django.db.backends.signals import connection_created
@@ -35,8 +37,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import ApiError
+from core.loop_bridge import run_on_loop
 from seckill.apis import purchase_token_answer
-from seckill.gates import purchase_early_refusal
+from seckill.gates import purchase_early_refusal, purchase_runs_inline
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
 from server.request_log import request_id_of, request_id_var
 
@@ -50,6 +53,8 @@ BODY_TIMEOUT = 10.0
 MAX_BODY = 1 << 20
 # A purchase's body is a few dozen bytes (a token of at most 128 characters, a quantity).
 PURCHASE_MAX_BODY = 4096
+
+logger = logging.getLogger(__name__)
 
 _PLACEHOLDER = 987654321
 
@@ -109,9 +114,7 @@ class Shop:
         if refusal is None:
             if not _token_json(scope):
                 return False
-            request = PurchaseRequest(scope, body, request_id)
-            loop = asyncio.get_running_loop()
-            answer = await loop.run_in_executor(self.pool, _purchase_on_thread, request, activity_id)
+            answer = await self.purchase_run(PurchaseRequest(scope, body, request_id), activity_id)
         else:
             answer = refusal
         secure = _secure(scope)
@@ -124,12 +127,31 @@ class Shop:
             await send_json(send, status, json.dumps(payload).encode(), secure=secure, request_id=request_id)
         return True
 
+    async def purchase_run(self, request: PurchaseRequest, activity_id: int):
+        """The sale's one entry (``purchase_token_answer``), once: on the event loop when it
+        waits only on Redis (``purchase_runs_inline``), else on the pool. One that meets
+        the database on the loop after all (a copy that ran out between the check and its
+        use, the reserve's hand-over) is refused there before it writes anything of its own
+        and runs again on the pool."""
+        if purchase_runs_inline(activity_id):
+            try:
+                return await run_on_loop(_purchase_on_loop, request, activity_id)
+            except SynchronousOnlyOperation:
+                logger.info("purchase of activity %s needed the database on the loop: run on the pool", activity_id)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, _purchase_on_thread, request, activity_id)
+
     async def api(self, scope, body: bytes, send) -> None:
         request = ASGIRequest(scope, io.BytesIO(body))
         loop = asyncio.get_running_loop()
         status, headers, content = await loop.run_in_executor(self.pool, self.stacks.api.answer, request)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
+
+
+def _purchase_on_loop(request: PurchaseRequest, activity_id: int):
+    request_id_var.set(request.request_id)
+    return purchase_token_answer(request, activity_id=activity_id)
 
 
 def _purchase_on_thread(request: PurchaseRequest, activity_id: int):

@@ -8,6 +8,12 @@ than the command itself: taking a connection, its telemetry, giving it back (abo
 of Python a command, and a purchase sends two: docs/DESIGN-NOTES.md).
 ``thread_client`` gives each thread a client that keeps one connection of the shared
 pool for the thread's life; pipelines and pub/sub still take theirs from the pool.
+
+**On the event loop** (``core.loop_bridge.run_on_loop``: the purchases the server runs
+there) the same client sends each command, and each pipeline, on the loop's connection
+(``stock.loop_redis``), and the purchase waits for the reply without blocking the loop;
+the reply is parsed by the client's own response callbacks, as on a thread: one code
+path, two ways of waiting.
 """
 
 import logging
@@ -22,10 +28,14 @@ import redis
 from django.conf import settings
 from django_redis import get_redis_connection
 from redis.backoff import NoBackoff
+from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
+from core.loop_bridge import await_only, on_loop
 from core.memory import register_reset
+
+from .loop_redis import loop_redis
 
 logger = logging.getLogger(__name__)
 
@@ -40,18 +50,19 @@ def stock_redis() -> StockRedis:
     shared = _stock_redis_shared()
     if isinstance(shared, redis.RedisCluster):
         return shared
-    return thread_client("stock", shared, lambda: shared)
+    return thread_client("stock", shared, lambda: shared, url=settings.SECKILL_REDIS_URL)
 
 
 def cache_redis() -> redis.Redis:
     """This thread's client of the cache Redis (django-redis ``default``), by its URL."""
-    return thread_client("cache", settings.CACHES["default"]["LOCATION"], lambda: get_redis_connection("default"))
+    url = settings.CACHES["default"]["LOCATION"]
+    return thread_client("cache", url, lambda: get_redis_connection("default"), url=url)
 
 
 _threads = threading.local()
 
 
-def thread_client(name: str, key: object, shared: Callable[[], redis.Redis]) -> redis.Redis:
+def thread_client(name: str, key: object, shared: Callable[[], redis.Redis], *, url: str = "") -> redis.Redis:
     """A client that holds one connection of ``shared()``'s pool for this thread, made
     again when ``key`` (what names that pool) changes.
 
@@ -71,6 +82,7 @@ def thread_client(name: str, key: object, shared: Callable[[], redis.Redis]) -> 
     pooled = shared()
     try:
         client = _HeldConnection(connection_pool=pooled.connection_pool, single_connection_client=True)
+        client.url = url
     except redis.RedisError:
         clients[name] = _Held(pid, key, pooled, None, time.monotonic() + 1.0)
         return pooled
@@ -84,9 +96,19 @@ class _HeldConnection(redis.Redis):
     Redis that restarted) is dropped and the command goes on a new connection, instead of
     failing once per thread after every restart. A non-blocking read, no pool round."""
 
+    url = ""  # what its asyncio twin connects to, on the event loop
+
     def execute_command(self, *args, **options):
+        if on_loop():
+            (reply,) = await_only(loop_redis(self.url).execute(args))
+            return _parsed(self, args[0], reply, options)
         self._stray_dropped()
         return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction=True, shard_hint=None) -> redis.client.Pipeline:
+        pipe = _LoopablePipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe.url = self.url
+        return pipe
 
     def _stray_dropped(self) -> None:
         connection = self.connection
@@ -97,6 +119,44 @@ class _HeldConnection(redis.Redis):
                 stray = True
             if stray:
                 connection.disconnect()
+
+
+class _LoopablePipeline(redis.client.Pipeline):
+    """A pipeline that, on the event loop, is sent on the loop's connection (not a
+    transaction there: MULTI/EXEC would interleave with other purchases' commands)."""
+
+    url = ""
+
+    def execute(self, raise_on_error: bool = True):
+        if not on_loop():
+            return super().execute(raise_on_error)
+        if self.transaction:
+            raise RuntimeError("a Redis transaction (MULTI/EXEC) cannot run on the event loop's connection")
+        commands = list(self.command_stack)
+        self.reset()
+        replies = await_only(loop_redis(self.url).execute(*(args for args, _ in commands)))
+        results = []
+        for (args, options), reply in zip(commands, replies, strict=True):
+            try:
+                results.append(_parsed(self, args[0], reply, dict(options)))
+            except redis.ResponseError as exc:
+                if raise_on_error:
+                    raise
+                results.append(exc)
+        return results
+
+
+def _parsed(client: redis.Redis, command_name, reply, options: dict):
+    """What redis-py's ``parse_response`` makes of a reply: an error raised (or the
+    command's EMPTY_RESPONSE), else the client's response callback applied."""
+    if isinstance(reply, redis.ResponseError):
+        if EMPTY_RESPONSE in options:
+            return options[EMPTY_RESPONSE]
+        raise reply
+    for name in (EMPTY_RESPONSE, NEVER_DECODE, "keys"):
+        options.pop(name, None)
+    callback = client.response_callbacks.get(command_name)
+    return callback(reply, **options) if callback else reply
 
 
 class _Held(NamedTuple):
@@ -113,18 +173,20 @@ class _Held(NamedTuple):
 DRIVER_INFO = DriverInfo()
 
 
+# A connect on a LAN takes well under a millisecond: 0.5 s is a host that is not there.
+CLIENT_OPTIONS = {
+    "socket_connect_timeout": 0.5,
+    "socket_timeout": 2,
+    "health_check_interval": 30,
+    "max_connections": 200,
+}
+
+
 @lru_cache(maxsize=1)
 def _stock_redis_shared() -> StockRedis:
     # redis-py's pool notices a fork and reconnects, so one pool per process is safe
     # under gunicorn's pre-fork model and Celery's prefork pool.
-    # A connect on a LAN takes well under a millisecond: 0.5 s is a host that is not there.
-    options = {
-        "socket_connect_timeout": 0.5,
-        "socket_timeout": 2,
-        "health_check_interval": 30,
-        "max_connections": 200,
-        "driver_info": DRIVER_INFO,
-    }
+    options = {**CLIENT_OPTIONS, "driver_info": DRIVER_INFO}
     if settings.SECKILL_REDIS_CLUSTER:
         # Redis Cluster: the URL names any node; the client learns the slot map from it.
         # Every key one script touches shares a hash tag, so each call has one slot.
