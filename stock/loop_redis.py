@@ -110,7 +110,7 @@ class LoopRedis(asyncio.Protocol):
                     )
         except (TimeoutError, OSError) as exc:
             raise redis.ConnectionError(f"Error connecting to Redis at {parts.hostname}:{parts.port}: {exc}") from exc
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
         setup = []
         if parts.password:
             user = unquote(parts.username) if parts.username else None

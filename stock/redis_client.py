@@ -130,7 +130,7 @@ class _LoopablePipeline(redis.client.Pipeline):
     def execute(self, raise_on_error: bool = True):
         if not on_loop():
             return super().execute(raise_on_error)
-        if self.transaction:
+        if vars(self).get("transaction"):  # Pipeline.__init__'s flag (its class has a method of that name)
             raise RuntimeError("a Redis transaction (MULTI/EXEC) cannot run on the event loop's connection")
         commands = list(self.command_stack)
         self.reset()
