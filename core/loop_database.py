@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from typing import Any
 
 import psycopg
@@ -28,8 +29,9 @@ logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 3.0
 
-# One per event loop (a web worker has one; tests make many).
-_databases: dict[int, LoopDatabase] = {}
+# One per event loop (a web worker has one; tests make many, and a loop that is gone takes
+# its connection with it).
+_databases: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopDatabase] = weakref.WeakKeyDictionary()
 
 
 class LoopDatabase:
@@ -81,9 +83,9 @@ class LoopDatabase:
 def loop_database() -> LoopDatabase:
     """This event loop's database connection (made on first use)."""
     loop = asyncio.get_running_loop()
-    database = _databases.get(id(loop))
+    database = _databases.get(loop)
     if database is None:
-        database = _databases[id(loop)] = LoopDatabase()
+        database = _databases[loop] = LoopDatabase()
     return database
 
 

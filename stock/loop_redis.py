@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
+import weakref
 from urllib.parse import unquote, urlsplit
 
 import hiredis
@@ -31,6 +33,8 @@ from core.memory import register_reset
 # As the threads' clients (stock.redis_client.CLIENT_OPTIONS).
 CONNECT_TIMEOUT = 0.5
 REPLY_TIMEOUT = 2.0
+# After a failed connect, the next ones wait this long: until then commands fail at once.
+RETRY_AFTER = 1.0
 
 
 class LoopRedis(asyncio.Protocol):
@@ -41,6 +45,7 @@ class LoopRedis(asyncio.Protocol):
         self.waiting: collections.deque[asyncio.Future] = collections.deque()
         self.outgoing: list[bytes] = []
         self.connecting: asyncio.Lock | None = None
+        self.retry_at = 0.0
 
     # --- the protocol ---------------------------------------------------------------------
 
@@ -52,6 +57,7 @@ class LoopRedis(asyncio.Protocol):
                 future.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.transport, self.outgoing = None, []
         self._failed(redis.ConnectionError(f"Redis connection lost: {exc or 'closed by the server'}"))
 
     # --- the commands -----------------------------------------------------------------------
@@ -77,7 +83,7 @@ class LoopRedis(asyncio.Protocol):
         self.waiting.extend(futures)
         if not self.outgoing:
             loop.call_soon(self._flush, transport)
-        self.outgoing.extend(hiredis.pack_command(args) for args in commands)
+        self.outgoing.extend(hiredis.pack_command(_words(args)) for args in commands)
         return futures
 
     def _flush(self, transport: asyncio.Transport) -> None:
@@ -92,8 +98,17 @@ class LoopRedis(asyncio.Protocol):
             self.connecting = asyncio.Lock()
         async with self.connecting:
             if self.transport is None or self.transport.is_closing():
-                await self._connect()
-        assert self.transport is not None
+                if time.monotonic() < self.retry_at:
+                    # A connect failed moments ago: the commands waiting behind it fail at once
+                    # rather than each wait for the same timeout.
+                    raise redis.ConnectionError("Redis unreachable (the loop's connection failed just now)")
+                try:
+                    await self._connect()
+                except redis.RedisError:
+                    self.retry_at = time.monotonic() + RETRY_AFTER
+                    raise
+        if self.transport is None or self.transport.is_closing():
+            raise redis.ConnectionError("Redis closed the loop's connection")
         return self.transport
 
     async def _connect(self) -> None:
@@ -119,10 +134,18 @@ class LoopRedis(asyncio.Protocol):
         if database != "0":
             setup.append(("SELECT", database))
         if setup:
-            for reply in await self.execute(*setup):
-                if isinstance(reply, Exception):
-                    self._drop(reply)
-                    raise reply
+            futures = self._sent(transport, tuple(setup))
+            try:
+                async with asyncio.timeout(REPLY_TIMEOUT):
+                    replies = [await future for future in futures]
+            except TimeoutError:
+                self._drop(redis.TimeoutError("Timeout setting up the loop's Redis connection"))
+                raise redis.TimeoutError("Timeout setting up the loop's Redis connection") from None
+            for reply in replies:
+                if isinstance(reply, hiredis.ReplyError):
+                    error = _error_of(reply)
+                    self._drop(error)
+                    raise error
 
     def _drop(self, error: Exception) -> None:
         transport, self.transport = self.transport, None
@@ -138,6 +161,15 @@ class LoopRedis(asyncio.Protocol):
                 future.set_exception(error)
 
 
+def _words(args: tuple) -> tuple:
+    """A command name of two words (``SCRIPT LOAD``, ``CLIENT KILL``) is two arguments, as
+    redis-py sends it."""
+    name = args[0]
+    if isinstance(name, str) and " " in name:
+        return (*name.split(), *args[1:])
+    return args
+
+
 def _error_of(reply: hiredis.ReplyError) -> redis.ResponseError:
     message = str(reply)
     if message.startswith("NOSCRIPT"):
@@ -145,15 +177,16 @@ def _error_of(reply: hiredis.ReplyError) -> redis.ResponseError:
     return redis.ResponseError(message)
 
 
-# One per Redis URL and event loop (a connection belongs to its loop).
-_connections: dict[tuple[str, int], LoopRedis] = {}
+# One per event loop and Redis URL (a connection belongs to its loop; a loop that is gone
+# takes its connections with it).
+_connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, LoopRedis]] = weakref.WeakKeyDictionary()
 
 
 def loop_redis(url: str) -> LoopRedis:
-    key = (url, id(asyncio.get_running_loop()))
-    connection = _connections.get(key)
+    per_url = _connections.setdefault(asyncio.get_running_loop(), {})
+    connection = per_url.get(url)
     if connection is None:
-        connection = _connections[key] = LoopRedis(url)
+        connection = per_url[url] = LoopRedis(url)
     return connection
 
 
