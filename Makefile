@@ -57,7 +57,9 @@ lint: $(STAMP)
 format: $(STAMP)
 	@$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
+# Every HTTP measurement through nginx, the front door (installed when missing, as for make run).
 bench: $(STAMP)
+	@bash .ci/system-packages nginx
 	@$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 # The multi-host drills (root: hosts as network namespaces; docs/DRILLS.md), e.g.

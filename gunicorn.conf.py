@@ -61,7 +61,7 @@ def when_ready(server):
         server.log.warning("pre-import of the URLconf failed: %s", exc)
     from gunicorn.errors import HaltServer
 
-    from seckill.lifecycle import stock_redis_refusal
+    from seckill.sale.lifecycle import stock_redis_refusal
 
     refusal = stock_redis_refusal()
     if refusal:

@@ -11,9 +11,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from inventory.models import Product
-from seckill.activities import activity_create, activity_token_ensure
-from seckill.lifecycle import activity_warmup
 from seckill.models import Activity
+from seckill.sale.activities import activity_create, activity_token_ensure
+from seckill.sale.lifecycle import activity_warmup
 
 BATCH = 5000
 

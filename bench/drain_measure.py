@@ -6,7 +6,7 @@
 Starts (or reuses) the embedded PostgreSQL and Redis with the bench's own database and
 Redis databases (bench.stack.bench_environment). Each round makes N reservations on a
 fresh activity through the real purchase script, then runs
-``seckill.replay.reservations_drain`` here, as the drain task does, and checks the
+``seckill.sale.replay.reservations_drain`` here, as the drain task does, and checks the
 invariants. Reports wall time, orders/s, the CPU per order of this process (Python), of
 the PostgreSQL and of the Redis server processes, and the SQL statements the drain sent
 per transaction. CPU per order is the figure that survives a busy machine; wall time does
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
         from django.db import connection
 
         from orders.models import Order
-        from seckill.replay import reservations_drain
+        from seckill.sale.replay import reservations_drain
         from stock.keys import ActivityKeys
         from stock.redis_client import stock_redis
         from stock.scripts import ScriptCode, run_purchase

@@ -1,5 +1,5 @@
 """The invariant checker run after every scenario: no oversell, no shopper twice, and
-the reconciliation identities of DESIGN.md (``seckill.reconciliation.reconcile``)."""
+the reconciliation identities of DESIGN.md (``seckill.sale.reconciliation.reconcile``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.db.models import Count, Sum
 
 from orders.models import AnomalyOrder, Order
 from seckill.models import Activity
-from seckill.reconciliation import reconcile
+from seckill.sale.reconciliation import reconcile
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 

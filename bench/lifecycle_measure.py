@@ -32,9 +32,9 @@ def main() -> None:
 
     from inventory.models import Product
     from orders.services import orders_create_from_reservations, orders_expire_overdue
-    from seckill.activities import activity_create
-    from seckill.lifecycle import activity_close, activity_stop_selling, activity_warmup
-    from seckill.reconciliation import reconcile
+    from seckill.sale.activities import activity_create
+    from seckill.sale.lifecycle import activity_close, activity_stop_selling, activity_warmup
+    from seckill.sale.reconciliation import reconcile
     from stock.keys import ActivityKeys
     from stock.redis_client import stock_redis
     from stock.reservations import reservations_pending

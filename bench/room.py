@@ -1,16 +1,20 @@
 """The waiting room's bench: joins per second and status polls per second on the project's
-server, against the plain-Django yardstick (bench/yardstick.py), in one run.
+server behind nginx, against the plain-Django yardstick behind the same nginx configuration
+(bench/yardstick.py), in one run. `make bench` measures the same (its "room" scenario,
+``measure_room``); this runs it alone.
 
     .venv/bin/python -m bench.room [--shoppers 20000] [--seconds 5] [--connections 50] [--json out.json]
 
 The project's gunicorn (gunicorn.conf.py, production settings, embedded PostgreSQL and Redis
-unless DATABASE_URL / REDIS_URL are set, the bench's own database) serves one live
-waiting-room sale. Measured with the bench's wrk script (bench/wrk/rotate.lua):
+unless DATABASE_URL / REDIS_URL are set, the bench's own database) behind nginx
+(deploy/nginx/shop.conf) serves one live waiting-room sale. Measured with the bench's wrk
+script (bench/wrk/rotate.lua):
 
 - ``join (new place)``: shoppers' tokens in rotation, each used at most once (the run makes
   fewer joins than there are shoppers; the room's placed count is checked against the 200s);
 - ``join again``: those who joined, in rotation, each answered their place again;
-- ``status poll``: GET of the room's status (the same for everyone: kept 0.5 s per process);
+- ``status poll``: GET of the room's status (the same for everyone, public for a second:
+  nginx keeps it for its second, the app's processes 0.5 s each);
 
 then the yardstick's three servers, each measured alone, and the ratio of each room figure
 to the best of them. The table goes to stdout; ``--json`` writes every figure.
@@ -24,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from . import stack
@@ -34,14 +39,6 @@ from .yardstick import figures, yardstick_best, yardstick_measure
 def _say(message: str) -> None:
     sys.stderr.write(f"[bench] {message}\n")
     sys.stderr.flush()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def measure_room(
@@ -88,6 +85,12 @@ def measure_room(
         server_pids=pids,
     )
     out["join again"] = figures(again, {"200"})
+    # The status as a sale's crowd finds it: polled already, so in nginx's cache. Its first
+    # request fills the entry; requests that come meanwhile wait for it (proxy_cache_lock),
+    # nginx looking again every 500 ms, and wrk's latency correction would spread those
+    # waits over the whole run. Once filled, an expired entry is served while it is renewed.
+    with urllib.request.urlopen(base + room, timeout=10) as reply:
+        reply.read()
     polls = wrk_run(
         base=base,
         method="GET",
@@ -113,13 +116,13 @@ def main(argv: list[str]) -> int:
     env, started = stack.bench_environment()
     os.environ.update(env)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-room-"))
-    web = None
+    web = front = None
     try:
         stack.manage(env, "migrate", "--noinput", "-v", "0")
         import django
 
         django.setup()
-        from seckill.authentication import token_shared_fill
+        from seckill.purchase.authentication import token_shared_fill
 
         from .data import activity_new, shoppers_create
 
@@ -133,10 +136,12 @@ def main(argv: list[str]) -> int:
             room_rate=1000,
             room_cap=0,
         )
-        port = _free_port()
+        port = stack.free_port()
+        # Every join comes from 127.0.0.1: no per-address cap.
         web = stack.gunicorn_start(env, log_dir, port, SECKILL_ROOM_JOINS_PER_IP="off")
-        base = f"http://127.0.0.1:{port}"
-        _say(f"up: gunicorn on {base}; {args.shoppers} shoppers; logs in {log_dir}")
+        front = stack.front_start(f"127.0.0.1:{port}", log_dir)
+        base = front.base
+        _say(f"up: nginx on {base} in front of gunicorn on 127.0.0.1:{port}; {args.shoppers} shoppers; logs: {log_dir}")
         started_at = time.monotonic()
         room = measure_room(
             base=base,
@@ -147,12 +152,15 @@ def main(argv: list[str]) -> int:
             connections=args.connections,
             pids=web.pids(),
         )
+        front.stop()
         web.stop()
-        web = None
+        web = front = None
         yard = yardstick_best(yardstick_measure(seconds=args.seconds, connections=[args.connections]))
         best = yard[args.connections]
         run_minutes = round((time.monotonic() - started_at) / 60, 1)
     finally:
+        if front is not None:
+            front.stop()
         if web is not None:
             web.stop()
         from devtools import embedded

@@ -1,4 +1,10 @@
-"""The benchmark scenarios, each followed by the invariant checker."""
+"""The benchmark scenarios, each followed by the invariant checker.
+
+Every HTTP scenario goes through nginx (deploy/nginx/shop.conf, bench/stack.py's
+front_start) to the project's gunicorn, as the yardstick goes through the same nginx
+configuration to plain Django; the scenarios of the direct table (``via="direct"``) go
+straight at gunicorn, beside the yardstick straight at its server.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +19,8 @@ from django.conf import settings
 from django.db.models import Max, Sum
 
 from orders.models import Order
-from seckill.lifecycle import activity_stop_selling
 from seckill.models import Activity
+from seckill.sale.lifecycle import activity_stop_selling
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.scripts import ScriptCode, run_purchase
@@ -22,13 +28,29 @@ from stock.scripts import ScriptCode, run_purchase
 from .data import activity_new, shoppers_create
 from .engine import engine_run
 from .invariants import invariants_check
+from .room import measure_room
 from .stack import cpu_seconds, postgres_roots, redis_aof_compacted, redis_roots, rss_mb, tree_cpu
 from .wrkrun import WrkResult, wrk_run
 from .yardstick import figures, yardstick_measure, yardstick_tail
 
 BIG_STOCK = 10_000_000  # "while stock lasts": never runs out during a run
 # The scenarios served over HTTP by the project's gunicorn (after them: its memory).
-HTTP_SCENARIOS = ("ping", "early", "soldout", "gates", "duplicate", "purchase", "sharded", "naive", "flood")
+HTTP_SCENARIOS = (
+    "ping",
+    "early",
+    "soldout",
+    "gates",
+    "duplicate",
+    "purchase",
+    "room",
+    "sharded",
+    "naive",
+    "flood",
+    "keepalive",
+    "direct",
+)
+# The keep-alive scenario: this many refusals, each answer on a connection kept open.
+KEEPALIVE_REFUSALS = 100_000
 
 
 def say(message: str) -> None:
@@ -37,8 +59,11 @@ def say(message: str) -> None:
 
 
 class Bench:
-    def __init__(self, *, args, base: str, web, worker, work_dir: Path):
-        self.args, self.base, self.web, self.worker, self.work_dir = args, base, web, worker, work_dir
+    def __init__(self, *, args, front, web, worker, work_dir: Path):
+        self.args, self.front, self.web, self.worker, self.work_dir = args, front, web, worker, work_dir
+        # Where wrk sends: nginx (every scenario of the main table) or gunicorn itself.
+        self.bases = {"nginx": front.base, "direct": web.base}
+        self.base = front.base
         self.rows: list[dict] = []
         self.failures: list[str] = []
         self.tokens_file = work_dir / "tokens.txt"
@@ -51,6 +76,8 @@ class Bench:
         self.cursors = {"cached": 0, "cold": 0}
         self.seen: set[str] = set()  # every shopper who sent a purchase
         self.yardstick: dict[str, dict] = {}
+        # The yardstick straight at its servers, beside the project's direct runs.
+        self.yardstick_direct: dict[str, dict] = {}
         # {connections: [figures, …]}: the passes of the standard server with the shortest
         # tail between the purchases' rounds (purchase_rounds).
         self.tail_passes: dict[int, list[dict]] = {}
@@ -74,7 +101,7 @@ class Bench:
         # The 202 runs' shoppers: after the retrying ones, before the warm-up's 500.
         self.pools["cached"] = tokens[self.args.soldout_shoppers : warm - 500]
         self.pools["cold"] = tokens[warm : warm + cold]
-        from seckill.authentication import token_shared_fill, token_shared_forget
+        from seckill.purchase.authentication import token_shared_fill, token_shared_forget
 
         token_shared_fill()  # what an operator runs before a sale: manage.py token_cache_fill
         token_shared_forget(self.pools["cold"])
@@ -108,9 +135,10 @@ class Bench:
 
     def system_cpu(self) -> dict[str, dict[int, float]]:
         """CPU seconds so far of everything that serves a purchase, by part and by server:
-        gunicorn, Celery, PostgreSQL (postmaster and every backend, exited ones included) and
-        Redis."""
+        nginx (master and workers), gunicorn, Celery, PostgreSQL (postmaster and every
+        backend, exited ones included) and Redis."""
         return {
+            "nginx": {self.front.proc.pid: cpu_seconds(self.front.pids())},
             "web": {self.web.proc.pid: cpu_seconds(self.web.pids())},
             "worker": {self.worker.proc.pid: cpu_seconds(self.worker.pids())},
             "postgres": tree_cpu(postgres_roots()),
@@ -131,14 +159,27 @@ class Bench:
             "cpu_split_ms": {name: round(ms, 3) for name, ms in parts.items()},
         }
 
-    def wrk(self, label: str, *, repeatable: bool = False, **kwargs) -> WrkResult:
-        """One measured wrk run. ``repeatable`` (the answers do not depend on what ran
-        before: the bare view, rejections): a run the keep-alive imbalance hit is made
-        again once; a run that cannot be repeated is marked (the "note" of its row)."""
+    def wrk(
+        self, label: str, *, via: str = "nginx", repeatable: bool = False, seconds: float | None = None, **kwargs
+    ) -> WrkResult:
+        """One measured wrk run, through nginx or (``via="direct"``) straight at gunicorn;
+        the system's CPU over the run is in ``extra["cpu"]`` (before, after). ``repeatable``
+        (the answers do not depend on what ran before: the bare view, rejections): a run the
+        keep-alive imbalance hit is made again once; a run that cannot be repeated is marked
+        (the "note" of its row)."""
 
         def run() -> WrkResult:
             pids = self.web.pids()
-            return wrk_run(base=self.base, seconds=self.args.seconds, label=label, server_pids=pids, **kwargs)
+            before = self.system_cpu()
+            result = wrk_run(
+                base=self.bases[via],
+                seconds=seconds or self.args.seconds,
+                label=label + ("" if via == "nginx" else " (direct)"),
+                server_pids=pids,
+                **kwargs,
+            )
+            result.extra["cpu"] = (before, self.system_cpu())
+            return result
 
         result = run()
         if repeatable and result.lopsided:
@@ -149,7 +190,7 @@ class Bench:
 
     def orders_drained(self, activity_id: int, *, deadline_s: float = 600) -> float:
         """Wait until the reservation log is empty (every reservation has its order)."""
-        from seckill.selectors import activity_shards
+        from seckill.sale.selectors import activity_shards
 
         started = time.monotonic()
         logs = [k.log for k in ActivityKeys(activity_id).shards(activity_shards(activity_id))]
@@ -168,13 +209,19 @@ class Bench:
         *,
         expected: set[str] | None = None,
         note: str = "",
+        via: str = "nginx",
         **extra,
     ) -> dict:
         """One row of the results; ``expected``: the statuses this scenario answers (the
-        others are counted as unexpected)."""
+        others are counted as unexpected); ``via``: through nginx or straight at gunicorn.
+        The system's CPU per answer over the wrk run, unless ``extra`` has it already (the
+        purchases': until their last order)."""
         row: dict = {"scenario": scenario, "connections": connections}
         if result is not None:
+            row["via"] = via
             row.update(figures(result, expected or set(result.statuses)))
+            if "cpu" in result.extra and "cpu_split_ms" not in extra:
+                row.update(self.cpu_per_request(*result.extra["cpu"], result.requests))
             notes = [note] if note else []
             if result.extra.get("repeated_after"):
                 notes.append(f"measured again: the first run was lopsided ({result.extra['repeated_after']})")
@@ -265,12 +312,19 @@ class Bench:
                 self.duplicate(c)
             if "purchase" in only:
                 self.purchase_rounds(c)
+            if "room" in only:
+                self.room(c)
             if "sharded" in only:
                 self.purchase(c, shards=8)
             if "naive" in only:
                 self.naive(c)
         if "flood" in only:
             self.flood()
+        if "keepalive" in only:
+            for via in ("nginx", "direct"):
+                self.keepalive(max(connections), via=via)
+        if "direct" in only:
+            self.direct(only, self.args.direct_connections or connections[:1])
         if any(s in only for s in HTTP_SCENARIOS):
             self.memory()
         if "yardstick" in only:
@@ -310,6 +364,24 @@ class Bench:
         if server:
             self.tail_pass(server, c)
 
+    def direct(self, only: list[str], connections: list[int]) -> None:
+        """The direct table: plain Django straight at each standard server, then those of
+        the purchase and early-refusal scenarios the run has, straight at the project's
+        gunicorn (nginx idle), at ``connections``."""
+        say("straight at the servers, without nginx: the yardstick, then the project…")
+        self.yardstick_direct = yardstick_measure(
+            seconds=self.args.seconds, connections=connections, log_dir=self.work_dir, say=say, front=False
+        )
+        for c in connections:
+            if "early" in only:
+                self.early(c, via="direct")
+            if "soldout" in only:
+                self.soldout(c, via="direct")
+            if "purchase" in only:
+                self.purchase(c, via="direct")
+                if self.pools["cold"]:
+                    self.purchase(c, pool="cold", via="direct")
+
     def tail_pass(self, server: str, c: int) -> None:
         """One pass of plain Django on ``server`` at ``c`` (the project idle meanwhile)."""
         measured = yardstick_measure(
@@ -319,8 +391,8 @@ class Bench:
 
     def ping(self, c: int, name: str, tokens: bool = False) -> None:
         """The project's bare view (server/ping.py); with ``tokens`` every request carries a
-        shopper's API token, so it takes the short API middleware chain (config/handlers.py),
-        as purchases do. Context: the ratios are to the yardstick."""
+        shopper's API token, so it takes the short API middleware chain (server/handlers.py).
+        Context: the ratios are to the yardstick."""
         result = self.wrk(
             f"{name} c={c}",
             method="GET",
@@ -331,7 +403,7 @@ class Bench:
         )
         self.row(name, c, result, expected={"200"}, oversell=0, invariants="n/a (no stock)")
 
-    def early(self, c: int) -> None:
+    def early(self, c: int, via: str = "nginx") -> None:
         """The refusals that are the same for every shopper, sent as a flood sends them:
         a shopper's token and a well-formed body. An activity that does not exist; one that
         starts in an hour (no purchase token yet: the body carries a made-up one, as a
@@ -339,17 +411,18 @@ class Bench:
         admin's "end it"), with the token it had."""
         unknown_id = (Activity.objects.aggregate(m=Max("pk"))["m"] or 0) + 1_000_000
         body = json.dumps({"token": secrets.token_urlsafe(24), "quantity": 1})
-        self.refusals("unknown activity (404)", c, unknown_id, body, expected={"404"})
-        later = activity_new(title=f"bench not started c={c}", stock=BIG_STOCK, starts_in=timedelta(hours=1))
-        self.refusals("not started (403)", c, later.pk, body, expected={"403"}, activity=later)
-        ended = activity_new(title=f"bench ended c={c}", stock=BIG_STOCK)
+        self.refusals("unknown activity (404)", c, unknown_id, body, expected={"404"}, via=via)
+        later = activity_new(title=f"bench not started c={c} {via}", stock=BIG_STOCK, starts_in=timedelta(hours=1))
+        self.refusals("not started (403)", c, later.pk, body, expected={"403"}, activity=later, via=via)
+        ended = activity_new(title=f"bench ended c={c} {via}", stock=BIG_STOCK)
         body_ended = self.purchase_body(ended)
         activity_stop_selling(activity_id=ended.pk)
-        self.refusals("ended (403)", c, ended.pk, body_ended, expected={"403"}, activity=ended)
+        self.refusals("ended (403)", c, ended.pk, body_ended, expected={"403"}, activity=ended, via=via)
 
-    def soldout(self, c: int) -> None:
-        activity = activity_new(title=f"bench sold out c={c}", stock=100)
-        # Sell it out first, through the same endpoint, then measure the rejections.
+    def sold_out(self, c: int, name: str):
+        """A 100-unit activity sold out through the purchase endpoint (through nginx) by
+        the retrying shoppers; returns it and the body its purchases carry."""
+        activity = activity_new(title=f"bench {name}", stock=100)
         body = self.purchase_body(activity)
         path = f"/api/activities/{activity.pk}/purchase"
         self.orders_drained(activity.pk)
@@ -370,8 +443,58 @@ class Bench:
                 break
         else:
             raise AssertionError(f"activity {activity.pk} did not sell out")
+        return activity, body
+
+    def soldout(self, c: int, via: str = "nginx") -> None:
+        # Sell it out first, through the same endpoint, then measure the rejections.
+        activity, body = self.sold_out(c, f"sold out c={c} {via}")
         # 409 for the 100 who bought one.
-        self.refusals("sold out (410)", c, activity.pk, body, expected={"410", "409"}, activity=activity)
+        self.refusals("sold out (410)", c, activity.pk, body, expected={"410", "409"}, activity=activity, via=via)
+
+    def keepalive(self, c: int, via: str) -> None:
+        """KEEPALIVE_REFUSALS refusals over ``c`` connections wrk keeps open (nginx closes a
+        client's after 1,000 requests, its default keepalive_requests, and wrk opens another):
+        an activity that does not exist (404), then one sold out (410). The retrying shoppers'
+        tokens, each request another in rotation until KEEPALIVE_REFUSALS are sent (wrk's
+        once mode: a thread that has sent its share asks for the bare view until each refusal
+        has its answer). Measured: every answer, and no transport error."""
+        n = KEEPALIVE_REFUSALS
+        retrying = self.soldout_tokens.read_text().split()
+        tokens = self.work_dir / "tokens-keepalive.txt"
+        tokens.write_text("".join(f"{retrying[i % len(retrying)]}\n" for i in range(n)))
+        unknown_id = (Activity.objects.aggregate(m=Max("pk"))["m"] or 0) + 1_000_000
+        made_up = json.dumps({"token": secrets.token_urlsafe(24), "quantity": 1})
+        sold, sold_body = self.sold_out(c, f"keep-alive sold out {via}")
+        runs = (
+            (f"{n:,} refusals over keep-alive: unknown activity (404)", unknown_id, made_up, {"404"}, None),
+            (f"{n:,} refusals over keep-alive: sold out (410)", sold.pk, sold_body, {"410", "409"}, sold),
+        )
+        for name, activity_id, body, expected, activity in runs:
+            result = self.wrk(
+                f"{name} c={c}",
+                via=via,
+                method="POST",
+                path=f"/api/activities/{activity_id}/purchase",
+                connections=c,
+                seconds=300,  # a bound: the script stops once every refusal has its answer
+                tokens_file=tokens,
+                body=body,
+                once=True,
+            )
+            answered = sum(count for code, count in result.statuses.items() if code in expected)
+            checked = self.checked(activity.pk) if activity is not None else {"invariants": "n/a (no activity)"}
+            self.row(
+                name,
+                c,
+                result,
+                expected=expected | {"200"},  # 200: the bare view a finished thread asks for
+                via=via,
+                kind="keepalive",
+                sent=n,
+                answered=answered,
+                fill_in_pings=result.count("200"),
+                **checked,
+            )
 
     GATES = (
         ("rate limited (per shopper, 429)", {"rate_per_user": "1/h", "rate_per_ip": "off"}),
@@ -419,11 +542,22 @@ class Bench:
         body = self.purchase_body(activity)
         self.refusals("duplicate (409)", c, activity.pk, body, expected={"409"}, activity=activity)
 
-    def refusals(self, name: str, c: int, activity_id: int, body: str, *, expected: set[str], activity=None) -> None:
+    def refusals(
+        self,
+        name: str,
+        c: int,
+        activity_id: int,
+        body: str,
+        *,
+        expected: set[str],
+        activity=None,
+        via: str = "nginx",
+    ) -> None:
         """The measured run of a scenario answered with refusals: the retrying shoppers
         against an activity that turns them away; then its invariants (when it exists)."""
         result = self.wrk(
             f"{name} c={c}",
+            via=via,
             method="POST",
             path=f"/api/activities/{activity_id}/purchase",
             connections=c,
@@ -432,27 +566,29 @@ class Bench:
             repeatable=True,
         )
         if activity is None:
-            self.row(name, c, result, expected=expected, oversell=0, invariants="n/a (no activity)")
+            self.row(name, c, result, expected=expected, via=via, oversell=0, invariants="n/a (no activity)")
             return
         self.orders_drained(activity.pk)
-        self.row(name, c, result, expected=expected, **self.checked(activity.pk))
+        self.row(name, c, result, expected=expected, via=via, **self.checked(activity.pk))
 
-    def purchase(self, c: int, shards: int = 1, pool: str = "cached", tail_round: int = 1) -> None:
+    def purchase(self, c: int, shards: int = 1, pool: str = "cached", tail_round: int = 1, via: str = "nginx") -> None:
         """Stock lasts, every request another shopper nobody served before: tokens in the
         shared cache (``pool`` "cached") or in PostgreSQL only ("cold"); with shards > 1 the
         same on S stock keys (claim, random shard). The CPU split runs until the last order
-        of the run is written. ``tail_round``: which of purchase_rounds' rounds this is."""
+        of the run is written. ``tail_round``: which of purchase_rounds' rounds this is;
+        ``via``: through nginx or straight at gunicorn."""
         cache = "tokens in the shared cache" if pool == "cached" else "tokens not cached"
         name = f"purchase (202), {cache}" if shards == 1 else f"purchase, S = {shards} shards (context)"
         lopsided_first = ""
         for attempt in (1, 2):
             activity = activity_new(
-                title=f"bench {name} c={c} round {tail_round} #{attempt}", stock=BIG_STOCK, shards=shards
+                title=f"bench {name} c={c} round {tail_round} #{attempt} {via}", stock=BIG_STOCK, shards=shards
             )
-            tokens = self.fresh_tokens(pool, f"{pool}-{shards}-{c}-{tail_round}-{attempt}")
+            tokens = self.fresh_tokens(pool, f"{pool}-{shards}-{c}-{tail_round}-{attempt}-{via}")
             cpu_before = self.system_cpu()
             result = self.wrk(
                 f"{name} c={c}",
+                via=via,
                 method="POST",
                 path=f"/api/activities/{activity.pk}/purchase",
                 connections=c,
@@ -478,11 +614,39 @@ class Bench:
             result,
             expected={"202"},
             note=note,
+            via=via,
             orders_drained_s=round(drain, 1),
             tail_round=tail_round,
             **cpu,
             **checked,
         )
+
+    def room(self, c: int) -> None:
+        """The waiting room (bench/room.py's measure_room) through nginx on a live room
+        sale of its own: joins of shoppers new to it (the next ones of the cached pool),
+        joins again of those, and the status poll, which nginx keeps for its second
+        (Cache-Control: public, max-age=1)."""
+        activity = activity_new(
+            title=f"bench room c={c}", stock=BIG_STOCK, admission_mode="room", room_rate=1000, room_cap=0
+        )
+        tokens = self.fresh_tokens("cached", f"room-{c}")
+        left = len(self.pools["cached"]) - self.cursors["cached"]
+        measured = measure_room(
+            base=self.base,
+            activity_id=activity.pk,
+            tokens=tokens,
+            shoppers=left,
+            seconds=self.args.seconds,
+            connections=c,
+            pids=self.web.pids(),
+        )
+        note = self.consumed("cached", measured["join (new place)"]["requests"])
+        for name, figures_row in measured.items():
+            row = {"scenario": f"waiting room: {name}", "connections": c, "via": "nginx", **figures_row}
+            if name == "join (new place)" and note:
+                row["note"] = note
+            self.rows.append(row)
+            say(f"waiting room: {name} c={c}: {figures_row['rps']:,.0f} req/s, p99 {figures_row['p99_ms']:.1f} ms")
 
     def naive(self, c: int) -> None:
         activity = activity_new(title=f"bench db-direct c={c}", stock=BIG_STOCK, warm=False)
@@ -583,7 +747,7 @@ class Bench:
 
     def drain(self) -> None:
         from orders.tasks import order_create_task
-        from seckill.replay import reservations_drain
+        from seckill.sale.replay import reservations_drain
         from stock.reservations import reservations_pending
 
         n = min(self.args.drain_reservations, len(self.user_ids))

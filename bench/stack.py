@@ -1,16 +1,22 @@
-"""The system under test: production settings, gunicorn and Celery worker(s) on this machine.
+"""The system under test: production settings, nginx in front of gunicorn, and Celery
+worker(s) on this machine.
 
 The embedded PostgreSQL and Redis start when DATABASE_URL / REDIS_URL are unset; the
 bench then uses its own database (``seckill_bench``, recreated each run) and its own
-Redis databases, so a `make run` or a test run beside it is left alone.
+Redis databases, so a `make run` or a test run beside it is left alone. nginx is the
+repository's configuration (deploy/nginx/shop.conf, rendered by devtools/nginx.py), one
+for the project's gunicorn and one for each server of the yardstick.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from devtools import embedded
+from devtools import nginx as nginx_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -41,6 +48,10 @@ def bench_environment(base: dict[str, str] | None = None) -> tuple[dict[str, str
     env["SECKILL_BENCH_VIEWS"] = "true"
     env.setdefault("SECKILL_ALLOW_VOLATILE_REDIS", "true")  # a benchmark, whatever Redis it is given
     env.setdefault("DJANGO_LOG_LEVEL", "WARNING")
+    # Behind nginx, as `make run` and production: the client's address is the one nginx
+    # writes into X-Forwarded-For (straight at gunicorn, without the header, the socket's).
+    env.setdefault("SECKILL_TRUSTED_PROXY_HEADER", "X-Forwarded-For")
+    env.setdefault("SECKILL_TRUSTED_PROXY_COUNT", "1")
     env["PYTHONUNBUFFERED"] = "1"
     before = embedded.running_services()
     embedded_db = not env.get("DATABASE_URL")
@@ -140,7 +151,10 @@ def _recreate_database(url: str) -> None:
 
 
 class Child:
-    """One server process in its own process group, its output in a log file."""
+    """One server process in its own process group, its output in a log file; ``base``:
+    its URL, for an HTTP server."""
+
+    base = ""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
         self.name = name
@@ -171,6 +185,75 @@ class Child:
         self._log.close()
 
 
+class FrontChild(Child):
+    """nginx with the repository's configuration in front of one upstream, in the
+    foreground in its own process group; ``base``: its URL. Stopping it removes its prefix
+    (configuration, cache, temporary files) and its access log."""
+
+    def __init__(self, name: str, front: nginx_conf.Front, env: dict[str, str], log_dir: Path):
+        super().__init__(name, front.argv(), env, log_dir)
+        self.front, self.base = front, front.base_url
+
+    def stop(self, timeout: float = 20.0) -> None:
+        super().stop(timeout)
+        shutil.rmtree(self.front.prefix, ignore_errors=True)
+        self.front.access_log.unlink(missing_ok=True)
+
+
+def front_start(upstream: str, log_dir: Path, name: str = "nginx") -> FrontChild:
+    """deploy/nginx/shop.conf rendered by devtools/nginx.py on a free loopback port in front
+    of ``upstream`` (``host:port``), as `make run` and the tests run it; returned once it
+    answers through to the upstream. Its prefix lives under .local/ (run as root, nginx's
+    workers are ``nobody``, who cannot enter a private temporary folder); it serves no
+    static files or published pages here (empty roots: the bench asks for none)."""
+    (BASE_DIR / ".local").mkdir(exist_ok=True)
+    prefix = Path(tempfile.mkdtemp(prefix=f"bench-{name}-", dir=BASE_DIR / ".local"))
+    prefix.chmod(0o755)
+    for root in ("static", "publish"):
+        (prefix / root).mkdir(mode=0o755)
+    try:
+        configured = nginx_conf.configure(
+            prefix,
+            port=free_port(),
+            upstream=upstream,
+            static_root=prefix / "static",
+            publish_root=prefix / "publish",
+            log_dir=log_dir / name,
+        )
+    except Exception:
+        shutil.rmtree(prefix, ignore_errors=True)
+        raise
+    child = FrontChild(name, configured, dict(os.environ), log_dir)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not child.alive():
+            child.stop()
+            raise RuntimeError(f"nginx died:\n{child.tail()}\n{configured.error_log_tail()}")
+        if nginx_conf.answers(child.base):
+            return child
+        time.sleep(0.1)
+    child.stop()
+    raise RuntimeError(f"nginx did not answer through to {upstream} within 30 s:\n{configured.error_log_tail()}")
+
+
+def nginx_facts(front: FrontChild) -> str:
+    """Which nginx the run measured: its version and worker processes."""
+    version = subprocess.run([nginx_conf.binary(), "-v"], capture_output=True, text=True).stderr.strip()
+    workers = 0
+    for pid in front.pids()[1:]:
+        try:
+            workers += Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"nginx: worker process")
+        except OSError:
+            continue
+    return f"{version.removeprefix('nginx version: ')}, {workers} worker process{'es' if workers != 1 else ''}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, check=True)
 
@@ -191,6 +274,7 @@ def gunicorn_start(
     child_env.update(overrides)
     argv = [str(BIN / "gunicorn"), "-c", str(BASE_DIR / "gunicorn.conf.py"), application]
     child = Child(name, argv, child_env, log_dir)
+    child.base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if not child.alive():

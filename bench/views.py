@@ -2,8 +2,8 @@
 token-authenticated call takes the same short middleware chain as the real purchase)."""
 
 from core.errors import ApiError
-from seckill.apis import error_json, plain_json
-from seckill.gates import token_purchase_admit
+from seckill.purchase.apis import error_json, plain_json
+from seckill.purchase.gates import token_purchase_admit
 
 from .naive import naive_purchase
 
@@ -12,7 +12,7 @@ def naive_purchase_view(request, activity_id: int):
     """The database-direct purchase behind the real purchase's own gates
     (``token_purchase_admit``: authentication, body, time window, token, rate limits, the
     shopper checks); only the stock step differs: one database transaction instead of
-    the Lua script. Answers like the real fast path, without DRF."""
+    the Lua script. Answers as the real purchase does, without DRF."""
     try:
         passed = token_purchase_admit(request, activity_id=activity_id)
         if passed is None:  # the bench sends only well-formed token-authenticated calls

@@ -1,25 +1,28 @@
 """The yardstick: what a Django user would deploy instead of this project — a plain Django
 project (bench/plain/: `startproject`'s settings and middleware, DEBUG off, one
 ``JsonResponse({"ok": True})`` view at the project's ``/api/ping``) on the three standard
-servers, measured with the same wrk settings as the project's scenarios.
+servers, behind the same nginx configuration as the project (deploy/nginx/shop.conf), measured
+with the same wrk settings as the project's scenarios.
 
     from bench.yardstick import yardstick_measure, yardstick_best
     measured = yardstick_measure(seconds=10, connections=[50, 200])   # {server: {c: figures}}
     best = yardstick_best(measured)                                    # {c: figures of the best}
 
     .venv/bin/python -m bench.yardstick --seconds 5 --connections 50,200   # the table alone
+    .venv/bin/python -m bench.yardstick --direct                           # straight at gunicorn
 
 Each server is gunicorn with bench/plain/gunicorn.conf.py (two workers, gunicorn's defaults
-otherwise: the project's gunicorn.conf.py is not read), started alone, measured, stopped.
-Keep-alive is what gunicorn's defaults give each: the sync workers close every connection
-(wrk reconnects, as a user's clients would), gthread and uvicorn-worker keep them 2 s.
+otherwise: the project's gunicorn.conf.py is not read), started alone with its own nginx in
+front (``front=False``: none), measured, stopped. Keep-alive is what each side gives: wrk
+keeps its connections to nginx; nginx keeps up to 64 idle connections to a keep-alive server
+(gthread and uvicorn-worker keep them 2 s), and connects anew for every request to the sync
+workers, which close every connection — the sync worker's own cost, paid behind a proxy.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -27,7 +30,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from .stack import BASE_DIR, BIN, Child
+from .stack import BASE_DIR, BIN, Child, cpu_seconds, front_start
+from .stack import free_port as _free_port
 from .wrkrun import WrkResult, wrk_run
 
 CONFIG = BASE_DIR / "bench" / "plain" / "gunicorn.conf.py"
@@ -49,12 +53,6 @@ SERVERS: dict[str, list[str]] = {
 def _say(message: str) -> None:
     sys.stderr.write(("\r" if sys.stderr.isatty() else "") + f"[bench] {message}\n")
     sys.stderr.flush()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def plain_environment() -> dict[str, str]:
@@ -123,44 +121,64 @@ def yardstick_measure(
     servers: list[str] | None = None,
     log_dir: Path | None = None,
     say: Callable[[str], None] = _say,
+    front: bool = True,
 ) -> dict[str, dict[int, dict]]:
-    """Each server in turn: started, warmed (2 s of wrk), measured at every connection count
-    with the same wrk settings as the project's scenarios, stopped. A run that the keep-alive
-    imbalance hit (one worker doing most of the work, ``WrkResult.lopsided``) is measured
-    again once, as the project's bare view and rejections are."""
+    """Each server in turn: started with its own nginx in front (``front``; else none),
+    warmed (2 s of wrk), measured at every connection count with the same wrk settings as
+    the project's scenarios, stopped. A run that the keep-alive imbalance hit (one worker
+    doing most of the work, ``WrkResult.lopsided``) is measured again once, as the project's
+    bare view and rejections are. Every row has the CPU per answer of nginx and gunicorn
+    (``cpu_split_ms``)."""
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="bench-yardstick-"))
     out: dict[str, dict[int, dict]] = {}
+    via = "nginx" if front else "direct"
     for server in servers or list(SERVERS):
         child, base = plain_start(server, log_dir)
+        proxy = None
         try:
+            if front:
+                proxy = front_start(base.removeprefix("http://"), log_dir, name=f"{child.name}-nginx")
+                base = proxy.base
             pids = child.pids()
             wrk_run(base=base, method="GET", path=PATH, connections=20, seconds=2, label=f"warm-up {server}")
             out[server] = {}
             for c in connections:
-                label = f"yardstick {server} c={c}"
-                result = wrk_run(
-                    base=base, method="GET", path=PATH, connections=c, seconds=seconds, label=label, server_pids=pids
-                )
+                label = f"yardstick {server} c={c}" + ("" if front else " (direct)")
+                result, cpu = _measured(base, c, seconds, label, {"nginx": proxy.pids() if proxy else [], "web": pids})
                 note = ""
                 if result.lopsided:
                     note = f"measured again: the first run was lopsided ({result.lopsided})"
-                    result = wrk_run(
-                        base=base,
-                        method="GET",
-                        path=PATH,
-                        connections=c,
-                        seconds=seconds,
-                        label=label,
-                        server_pids=pids,
+                    result, cpu = _measured(
+                        base, c, seconds, label, {"nginx": proxy.pids() if proxy else [], "web": pids}
                     )
-                row = figures(result, {"200"})
+                row = dict(figures(result, {"200"}), via=via, **cpu_per_answer(cpu, result.requests))
                 if note:
                     row["note"] = note
                 out[server][c] = row
-                say(f"yardstick {server} c={c}: {row['rps']:,.0f} req/s, p99 {row['p99_ms']:.1f} ms")
+                say(f"{label}: {row['rps']:,.0f} req/s, p99 {row['p99_ms']:.1f} ms")
         finally:
+            if proxy is not None:
+                proxy.stop()
             child.stop()
     return out
+
+
+def _measured(
+    base: str, c: int, seconds: float, label: str, parts: dict[str, list[int]]
+) -> tuple[WrkResult, dict[str, float]]:
+    """One wrk run at ``c`` connections, and the CPU seconds each part (nginx, gunicorn:
+    their processes) spent over it."""
+    before = {name: cpu_seconds(pids) for name, pids in parts.items()}
+    result = wrk_run(
+        base=base, method="GET", path=PATH, connections=c, seconds=seconds, label=label, server_pids=parts["web"]
+    )
+    return result, {name: cpu_seconds(pids) - before[name] for name, pids in parts.items()}
+
+
+def cpu_per_answer(cpu_s: dict[str, float], requests: int) -> dict:
+    """CPU seconds by process over a run -> ms per answer, by process and in all."""
+    parts = {name: round(1000 * s / max(1, requests), 3) for name, s in cpu_s.items()}
+    return {"cpu_split_ms": parts, "system_cpu_ms_per_req": round(sum(parts.values()), 3)}
 
 
 def yardstick_best(measured: dict[str, dict[int, dict]]) -> dict[int, dict]:
@@ -208,17 +226,20 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.yardstick", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", default="50,200")
+    parser.add_argument("--direct", action="store_true", help="straight at gunicorn, no nginx in front")
     args = parser.parse_args(argv)
-    measured = yardstick_measure(seconds=args.seconds, connections=[int(c) for c in args.connections.split(",")])
+    measured = yardstick_measure(
+        seconds=args.seconds, connections=[int(c) for c in args.connections.split(",")], front=not args.direct
+    )
     best = yardstick_best(measured)
-    print("| server | conns | req/s | p50 ms | p99 ms | socket errors / timeouts | non-200 |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| server | conns | req/s | p50 ms | p99 ms | CPU ms per answer | socket errors / timeouts | non-200 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for server, by_c in measured.items():
         for c, r in by_c.items():
             mark = " (best)" if best[c]["server"] == server else ""
             print(
                 f"| {server}{mark} | {c} | {r['rps']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |"
-                f" {r['socket_errors']} / {r['timeouts']} | {r['unexpected']} |"
+                f" {r['system_cpu_ms_per_req']:.3f} | {r['socket_errors']} / {r['timeouts']} | {r['unexpected']} |"
             )
     return 0
 

@@ -5,7 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from orders import urls as order_urls
 from seckill import urls as seckill_urls
-from seckill.views import favicon
+from seckill.sale.views import favicon
 from server import health
 from server.ping import ping
 

@@ -12,7 +12,7 @@ event loop when it only waits on Redis").
 
 Anything else that would block — Django's database connections, which refuse the loop's
 thread (``SynchronousOnlyOperation``), a sleep — must not run there: the caller decides
-beforehand (``seckill.gates.purchase_runs_inline``) and runs the rest on the pool.
+beforehand (``seckill.purchase.gates.purchase_runs_inline``) and runs the rest on the pool.
 """
 
 from __future__ import annotations

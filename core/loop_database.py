@@ -1,5 +1,5 @@
 """The event loop's own database connection, for the one read a purchase on the loop makes:
-a new shopper's token (seckill.authentication). Django's connections are per thread and
+a new shopper's token (seckill.purchase.authentication). Django's connections are per thread and
 refuse the loop's; a hop to a thread for each look-up would cost what running the purchase
 on the loop saves.
 
@@ -38,15 +38,44 @@ class LoopDatabase:
     def __init__(self) -> None:
         self.connection: psycopg.AsyncConnection | None = None
         self.lock = asyncio.Lock()  # one statement at a time: their messages share the socket
+        self.batches: dict[str, dict[str, asyncio.Future]] = {}
 
-    async def fetch_one(self, sql: str, params: list[Any]) -> tuple | None:
+    async def fetch_keyed(self, sql: str, key: str) -> tuple | None:
+        """The rest of the row whose first column is ``key``, or None: one statement
+        (``sql`` takes the keys as ``ANY(%s)``) for every key asked for in this turn of the
+        loop — the new shoppers of a flood's moment cost one round trip, not one each."""
+        loop = asyncio.get_running_loop()
+        batch = self.batches.get(sql)
+        if batch is None:
+            batch = self.batches[sql] = {}
+            loop.call_soon(lambda: loop.create_task(self._batch_run(sql)))
+        future = batch.get(key)
+        if future is None:
+            future = batch[key] = loop.create_future()
+        return await future
+
+    async def _batch_run(self, sql: str) -> None:
+        batch = self.batches.pop(sql)
+        try:
+            rows = await self.fetch_all(sql, [list(batch)])
+        except Exception as exc:
+            for future in batch.values():
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        found = {row[0]: row[1:] for row in rows}
+        for key, future in batch.items():
+            if not future.done():
+                future.set_result(found.get(key))
+
+    async def fetch_all(self, sql: str, params: list[Any]) -> list[tuple]:
         deadline = settings.WEB_STATEMENT_TIMEOUT
         async with self.lock:
             connection = await self._connected()
             try:
                 async with asyncio.timeout(deadline):
                     cursor = await connection.execute(sql, params, prepare=True)
-                    return await cursor.fetchone()
+                    return await cursor.fetchall()
             except TimeoutError:
                 await self._dropped(cancel=True)
                 raise OperationalError(f"the loop's database read took over {deadline} s; cancelled") from None

@@ -83,7 +83,7 @@ def prepare(step: str) -> dict:
     from orders.simulated import checkout_complete
     from seckill.management.commands.seed_demo import DEMO_PASSWORD, SHOPPERS
     from seckill.models import Activity
-    from seckill.reconciliation import reconcile
+    from seckill.sale.reconciliation import reconcile
     from stock.keys import ActivityKeys
     from stock.redis_client import stock_redis
 

@@ -78,7 +78,7 @@ def _drift(value) -> str:
 
 
 def identity_rows(report: dict) -> list[tuple[str, str, str]]:
-    """The three identities of a report with their figures (seckill.reconciliation)."""
+    """The three identities of a report with their figures (seckill.sale.reconciliation)."""
     r = report.get
     return [
         (

@@ -263,7 +263,7 @@ class AnomalyOrder(models.Model):
 
 
 class ReconciliationReport(models.Model):
-    """One reconciliation run: what it measured, found and did (seckill.reconciliation)."""
+    """One reconciliation run: what it measured, found and did (seckill.sale.reconciliation)."""
 
     activity = models.ForeignKey("seckill.Activity", on_delete=models.CASCADE, related_name="reconciliation_reports")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -111,7 +111,7 @@ def anomaly_open(
 # neither parses a thousand placeholders nor adapts each value on its own. The price and
 # the payment timeout come from the activity's row in the same statement (no activity
 # query per batch). That price is the one the unit was reserved at: it is locked from the
-# warm-up on, before any reservation can exist (seckill.activities.activity_locked_fields).
+# warm-up on, before any reservation can exist (seckill.sale.activities.activity_locked_fields).
 _INSERT_ORDERS_SQL = """
 INSERT INTO {orders} (order_no, activity_id, user_id, quantity, amount, status, cancel_reason, shard,
                       reservation_id, pay_deadline, created_at)

@@ -10,13 +10,10 @@ class SeckillConfig(AppConfig):
 
     def ready(self):
         from core.safety import deploy_safety_check
+        from seckill.purchase import authentication  # noqa: F401 - connects the shared token cache's signals
+        from seckill.sale import anomalies
+        from seckill.sale.selectors import activity_shards
         from stock.layout import shards_lookup_register
-
-        from . import (
-            anomalies,
-            authentication,  # noqa: F401 - connects the shared token cache's signals
-        )
-        from .selectors import activity_shards
 
         shards_lookup_register(activity_shards)
         anomalies.register()  # the drift re-derive, for orders' anomaly actions
@@ -28,7 +25,7 @@ def rates_check(app_configs=None, **kwargs) -> list:
     """SECKILL_RATE_PER_USER, _PER_IP and SECKILL_AUTH_FAILURES_PER_IP come from the
     environment: a typo must stop the start-up with a message, not answer 500 on every
     request."""
-    from .models import validate_rate  # the admin's check of an activity's own rates
+    from seckill.models import validate_rate  # the admin's check of an activity's own rates
 
     errors = []
     for name in ("SECKILL_RATE_PER_USER", "SECKILL_RATE_PER_IP", "SECKILL_AUTH_FAILURES_PER_IP"):

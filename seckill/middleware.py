@@ -13,7 +13,7 @@ PER_VISITOR_VARY = {"cookie", "accept-language"}
 
 
 def mark_shared(response):
-    """Declare a response identical for every visitor (see seckill.views.shared_page)."""
+    """Declare a response identical for every visitor (see seckill.sale.views.shared_page)."""
     setattr(response, SHARED_PAGE_ATTR, True)
     return response
 

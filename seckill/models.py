@@ -26,7 +26,7 @@ RATE_RE = re.compile(r"^0*[1-9]\d*/(0*[1-9]\d*)?[smhd]\Z")
 
 
 def validate_rate(value: str) -> None:
-    """A rate ("10/s", "100/5m": requests per fixed window, seckill.gates.rate_parse) or "off"."""
+    """A rate ("10/s", "100/5m": requests per fixed window, seckill.purchase.gates.rate_parse) or "off"."""
     if value and value != "off" and not RATE_RE.match(value):
         raise ValidationError(_('Enter a rate such as "10/s" or "600/m", or "off".'))
 
@@ -75,13 +75,13 @@ class Activity(models.Model):
     )
     pay_timeout = models.PositiveIntegerField(_("payment timeout (seconds)"), default=default_pay_timeout)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.SCHEDULED)
-    # Created at the start by seckill.activities.activity_token_ensure; null before.
+    # Created at the start by seckill.sale.activities.activity_token_ensure; null before.
     purchase_token = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 - NULL = not started
     warmed_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The Redis state the last warm-up wrote (stock.identity.stock_identity): a different
     # one later means the stock was lost or rolled back, and is derived again.
     redis_identity = models.JSONField(default=dict, blank=True, editable=False)
-    # Traffic gates (seckill.gates); blank = the SECKILL_* default from settings.
+    # Traffic gates (seckill.purchase.gates); blank = the SECKILL_* default from settings.
     rate_per_user = models.CharField(
         _("rate per user"),
         max_length=16,
@@ -128,7 +128,7 @@ class Activity(models.Model):
     captcha_required = models.BooleanField(
         _("captcha required"), default=False, help_text=_("Each purchase must carry a one-time captcha answer.")
     )
-    # The waiting room (seckill.room): "direct" is the purchase path as it always was.
+    # The waiting room (seckill.room.room): "direct" is the purchase path as it always was.
     admission_mode = models.CharField(
         _("admission"),
         max_length=8,

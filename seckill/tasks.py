@@ -12,19 +12,18 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.task_policy import RESERVATION_TASK_OPTIONS
+from seckill.models import Activity
+from seckill.purchase.authentication import token_shared_fill_due
+from seckill.purchase.fallback import reserve_participants_sync
+from seckill.room.room import room_ticks
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.replay import reservations_drain, reservations_replay
+from seckill.sale.selectors import activity_shards, live_activities, redis_remaining
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_backlog
-
-from .activities import activity_token_ensure
-from .authentication import token_shared_fill_due
-from .fallback import reserve_participants_sync
-from .lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup
-from .models import Activity
-from .reconciliation import reconcile
-from .replay import reservations_drain, reservations_replay
-from .room import room_ticks
-from .selectors import activity_shards, live_activities, redis_remaining
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,10 @@ import re
 from django.conf import settings
 from django.urls import path, register_converter
 
-from . import apis, room_apis, room_views, views
+from seckill.purchase import apis
+from seckill.room import apis as room_apis
+from seckill.room import views as room_views
+from seckill.sale import views
 
 # The purchase first: the flood's endpoint is found without trying the others' patterns.
 api_urlpatterns = [

@@ -73,10 +73,14 @@ async def send_json(
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_error(send, error: ApiError, *, secure: bool, request_id: str, path: str, close: bool = False) -> None:
+async def send_error(
+    send, error: ApiError, *, secure: bool, request_id: str, path: str, close: bool = False, logged: bool = True
+) -> None:
     """A refusal, logged as Django logs a 4xx or 5xx (``log_response``) unless it is one of
-    a flood's expected refusals (core.log_filters), as the API chain does."""
-    if not rejection_expected(error.status, error.code):
+    a flood's expected refusals (core.log_filters), as the API chain does, or ``logged`` is
+    false: an answer the same for everyone, given by the thousand a second (counted in the
+    purchase metric, never logged)."""
+    if logged and not rejection_expected(error.status, error.code):
         response = HttpResponse(status=error.status)
         log_response("%s: %s", response.reason_phrase, path, response=response)
     body = error_body(error.status, error.code, error.detail)

@@ -11,7 +11,7 @@ what they send; this application still defends itself when reached directly:
   a client that sends slowly holds a coroutine, never a thread. Too slow: 408; too large: 413.
 * **The purchase has one way into the sale** (``purchase``): the refusals that are the same
   for everyone come from this process's memory on the loop (API.md lets them come before
-  authentication); a token-authenticated JSON purchase runs ``seckill.apis.purchase_token_answer``
+  authentication); a token-authenticated JSON purchase runs ``seckill.purchase.apis.purchase_token_answer``
   once on the pool; every answer is built by ``server.answers``. A purchase with a session
   (the shop's page) goes to Django's view, which runs the same checks.
 * **Everything else goes to Django**: a token-authenticated API call straight to the short
@@ -38,9 +38,9 @@ from django.utils import timezone
 
 from core.errors import ApiError
 from core.loop_bridge import run_on_loop
-from seckill.apis import purchase_token_answer
-from seckill.gates import purchase_early_refusal, purchase_runs_inline
 from seckill.metrics import PURCHASE_URL_NAME, purchase_outcome_count
+from seckill.purchase.apis import purchase_token_answer
+from seckill.purchase.gates import purchase_early_refusal, purchase_runs_inline
 from server.request_log import request_id_of, request_id_var
 
 from .answers import send_error, send_json
@@ -120,7 +120,9 @@ class Shop:
         secure = _secure(scope)
         if isinstance(answer, ApiError):
             purchase_outcome_count(answer.code)
-            await send_error(send, answer, secure=secure, request_id=request_id, path=scope["path"])
+            await send_error(
+                send, answer, secure=secure, request_id=request_id, path=scope["path"], logged=refusal is None
+            )
         else:
             status, payload = answer
             purchase_outcome_count(str(payload.get("code")))

@@ -55,7 +55,7 @@ def health_report() -> tuple[bool, dict]:
             ok = False
             error = url_passwords_masked(f"{type(exc).__name__}: {exc}")[:300]
             components[name] = {"status": "down", "error": error}
-    from seckill.breaker import redis_breaker
+    from stock.breaker import redis_breaker
 
     components["redis"]["breaker"] = redis_breaker().state
     return ok, components

@@ -7,7 +7,7 @@ state — an AOF ``everysec`` loss or an RDB restore (the server restarted: a ne
 failover to a replica that missed writes (a new primary, a new replication id), a flush or
 an eviction (the epoch key gone), a restore of a snapshot from an earlier warm-up (another
 epoch) — shows as a difference from the record, and the sale re-derives the stock from the
-database before selling again (seckill.lifecycle.activity_identity_check).
+database before selling again (seckill.sale.lifecycle.activity_identity_check).
 
 A Redis that may evict keys or keeps nothing on disk can lose a reservation without any
 trace; warm-up and start-up refuse one unless SECKILL_ALLOW_VOLATILE_REDIS is true (tests,

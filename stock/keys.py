@@ -7,12 +7,16 @@ Sharded stock (``Activity.shards`` = S > 1): shard i > 0 has its own tag ``{a<id
 (its stock, loaded share, log, replay attempts and returned set); shard 0 keeps the
 activity's own tag, so an entry's shard alone names its keys whatever S is. The
 per-user claims live in P user partitions ``{a<id>u<p>}`` (users and failed hashes),
-p = crc32(user id) % SECKILL_USER_PARTITIONS.
+p = crc32(user id) % USER_PARTITIONS.
 """
 
 import secrets
 import zlib
 from dataclasses import dataclass
+
+# A design constant, not a setting: a shopper's partition is crc32(user id) % this, so a
+# different value while a sharded activity is live would misplace every shopper's claim.
+USER_PARTITIONS = 16
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ class ActivityKeys:
         """One captcha challenge: "<user id>:<answer>", deleted by the first attempt."""
         return f"seckill:{self.tag}:captcha:{challenge_id}"
 
-    # --- the waiting room (seckill.room, lua/room_*.lua) ----------------------------
+    # --- the waiting room (seckill.room.room, lua/room_*.lua) ----------------------------
 
     @property
     def room_state(self) -> str:

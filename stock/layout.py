@@ -6,7 +6,7 @@ layouts.
   in one atomic step.
 * **S shards**: the stock is split over S hash tags (each with its own log), so a Redis
   Cluster spreads one hot sale over several nodes; a shopper's record is a claim
-  ("<shard>:<reservation id>") in one of ``SECKILL_USER_PARTITIONS`` user partitions,
+  ("<shard>:<reservation id>") in one of ``USER_PARTITIONS`` user partitions,
   settled around the shard's script (a claim first, then the shard).
 
 The two need different scripts (a claim and a shard live in different slots, so no one
@@ -23,9 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from django.conf import settings
-
-from .keys import ActivityKeys, claim_value
+from .keys import USER_PARTITIONS, ActivityKeys, claim_value
 from .redis_client import StockRedis
 from .scripts import (
     LogEntry,
@@ -86,11 +84,11 @@ class StockLayout:
     @property
     def partitions(self) -> list[ActivityKeys]:
         """The user partitions that hold the claims (none with one key)."""
-        return [self.keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)] if self.sharded else []
+        return [self.keys.partition(p) for p in range(USER_PARTITIONS)] if self.sharded else []
 
     def users_of(self, user_id: int) -> ActivityKeys:
         """The keys whose ``users`` hash holds this shopper's record."""
-        return self.keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS) if self.sharded else self.keys
+        return self.keys.user_partition(user_id, USER_PARTITIONS) if self.sharded else self.keys
 
     def record(self, shard: int, reservation_id: str) -> str:
         """What a shopper's record says for a reservation: its id, or (S > 1) the claim."""
@@ -112,7 +110,7 @@ class StockLayout:
             quantity=quantity,
             limit=limit,
             shards=self.shards,
-            partitions=settings.SECKILL_USER_PARTITIONS,
+            partitions=USER_PARTITIONS,
         )
 
     def release(

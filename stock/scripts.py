@@ -114,7 +114,7 @@ def run_purchase_sharded(
         return PurchaseReply(ScriptCode.DUPLICATE, 0, "", held=held.decode() if isinstance(held, bytes) else held)
     # A Redis error on the way leaves the claim pending: a timed-out script may have
     # reserved, and a shopper blocked is safer than one who can buy twice. Once it is
-    # older than SECKILL_CLAIM_PENDING_TIMEOUT, seckill.claims.claim_pending_settle
+    # older than SECKILL_CLAIM_PENDING_TIMEOUT, seckill.sale.claims.claim_pending_settle
     # settles it from the shard logs and the orders.
     tried = random.sample(range(shards), min(SHARD_TRIES, shards))
     reply = _shard_purchases(client, keys, tried, user_id=user_id, quantity=quantity, limit=limit)
@@ -516,7 +516,7 @@ def warmup_shares(total: int, shards: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(shards)]
 
 
-# --- the waiting room (seckill.room) -----------------------------------------------------
+# --- the waiting room (seckill.room.room) -----------------------------------------------------
 
 ROOM_JOIN = _load("room_join")
 ROOM_SEAL = _load("room_seal")

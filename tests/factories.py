@@ -7,8 +7,8 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from inventory.models import Product
-from seckill.activities import activity_create
-from seckill.lifecycle import activity_warmup
+from seckill.sale.activities import activity_create
+from seckill.sale.lifecycle import activity_warmup
 
 
 class UserFactory(factory.django.DjangoModelFactory):

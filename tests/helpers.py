@@ -38,7 +38,7 @@ def gate_window_room(period_s: int, *, at_least_s: float = 60) -> None:
     """Wait (with a deadline) until the shopper gate's current fixed window of ``period_s``
     has ``at_least_s`` left on Redis's clock, the one the gate script reads: a test that
     counts up to a limit must not cross into the next window, where the count starts again."""
-    from seckill.selectors import gate_redis
+    from seckill.sale.selectors import gate_redis
 
     def room_left() -> bool:
         seconds, micros = gate_redis().time()
@@ -240,7 +240,7 @@ def shopping_while_rewarming(activity_id: int, shop: Callable, chunks: list, *, 
 
     from django.db import connection
 
-    from seckill.lifecycle import WarmupError, activity_warmup
+    from seckill.sale.lifecycle import WarmupError, activity_warmup
 
     done, errors, outcomes = threading.Event(), [], []
 
@@ -426,17 +426,15 @@ def reserve(activity, user_id: int, quantity: int = 1):
 
 def claim_of(activity, user_id: int) -> bytes | None:
     """The shopper's claim in their user partition (None: not claimed)."""
-    from django.conf import settings
-
-    from stock.keys import ActivityKeys
+    from stock.keys import USER_PARTITIONS, ActivityKeys
     from stock.redis_client import stock_redis
 
-    part = ActivityKeys(activity.pk).user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+    part = ActivityKeys(activity.pk).user_partition(user_id, USER_PARTITIONS)
     return stock_redis().hget(part.users, user_id)
 
 
 def assert_identity(activity) -> dict:
-    from seckill.reconciliation import reconcile
+    from seckill.sale.reconciliation import reconcile
 
     report = reconcile(activity_id=activity.pk)
     assert report["identity_ok"], report

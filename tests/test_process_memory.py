@@ -7,9 +7,10 @@ import pytest
 
 import core.memory
 from core.memory import MISSING, ProcessMemory
-from seckill import authentication, limited, pages, selectors, soldout
-from seckill.breaker import redis_breaker, redis_breaker_reset
-from seckill.fallback import fallback_slots_reset
+from seckill.purchase import authentication, limited
+from seckill.purchase.fallback import fallback_slots_reset
+from seckill.sale import pages, selectors, soldout
+from stock.breaker import redis_breaker, redis_breaker_reset
 from stock.redis_client import reset_stock_redis, stock_redis
 
 from .helpers import wait_until
@@ -188,12 +189,12 @@ def test_forget_all_reaches_every_cache_and_singleton_of_the_project():
     assert authentication and limited and pages and selectors  # imported: their memories exist
     names = {memory.name for memory in core.memory.memories()}
     assert {
-        "seckill.authentication",
-        "seckill.limited",
-        "seckill.pages.rendered",
-        "seckill.selectors.flights",
-        "seckill.selectors.local",
-        "seckill.soldout",
+        "seckill.purchase.authentication",
+        "seckill.purchase.limited",
+        "seckill.sale.pages.rendered",
+        "seckill.sale.selectors.flights",
+        "seckill.sale.selectors.local",
+        "seckill.sale.soldout",
     } <= names
     assert {reset_stock_redis, redis_breaker_reset, fallback_slots_reset} <= set(core.memory.resets())
 

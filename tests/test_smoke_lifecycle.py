@@ -4,8 +4,8 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock, StockMovement
 from orders.models import Order
 from orders.services import orders_create_from_reservations
-from seckill.activities import activity_token_ensure
-from seckill.selectors import redis_remaining
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import redis_remaining
 from stock.reservations import reservations_pending
 
 from .factories import make_activity, make_users

@@ -9,6 +9,8 @@ from redis.backoff import NoBackoff
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
+from . import registry
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 env = environ.Env()
@@ -116,10 +118,74 @@ if DATABASES:
     # ATOMIC_REQUESTS stays off: the purchase path must never hold a transaction while it talks to Redis.
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-# Seconds a statement of the web tier may run (PostgreSQL's statement_timeout, lock waits
-# included, set on each of its connections by server.app): a request never waits on the
-# database longer, and no backend keeps running a statement nobody waits for.
-WEB_STATEMENT_TIMEOUT = env.float("WEB_STATEMENT_TIMEOUT", default=5.0)
+
+# --- The shop's own settings ---------------------------------------------------------
+# Every SECKILL_* setting and a few more, each declared once (type, default, meaning, bound)
+# in config/settings/registry.py, read from the environment and checked there: a value out
+# of its bound stops the start-up. docs/reference/settings.md is generated from that table.
+# The names are bound one by one so that django-stubs (strict settings) knows their types;
+# tests/test_settings_reference.py checks these lines against the table.
+_own = registry.settings_read(env, project_dir=BASE_DIR, refs={"REDIS_URL": REDIS_URL})
+SECKILL_MEMORY_BOUND = registry.MEMORY_BOUND  # fixed: the API's promise (docs/API.md), not a knob
+SECKILL_RATE_PER_USER: str = _own["SECKILL_RATE_PER_USER"]
+SECKILL_RATE_PER_IP: str = _own["SECKILL_RATE_PER_IP"]
+SECKILL_ADMISSION_RATE: int = _own["SECKILL_ADMISSION_RATE"]
+SECKILL_ADMISSION_BURST: int = _own["SECKILL_ADMISSION_BURST"]
+SECKILL_DEVICE_HEADER: str = _own["SECKILL_DEVICE_HEADER"]
+SECKILL_CAPTCHA_TTL: int = _own["SECKILL_CAPTCHA_TTL"]
+SECKILL_SOLD_OUT_TTL: float = _own["SECKILL_SOLD_OUT_TTL"]
+SECKILL_DUPLICATE_TTL: float = _own["SECKILL_DUPLICATE_TTL"]
+SECKILL_ACTIVITY_CACHE_TTL: float = _own["SECKILL_ACTIVITY_CACHE_TTL"]
+SECKILL_LIST_CACHE_TTL: float = _own["SECKILL_LIST_CACHE_TTL"]
+SECKILL_BLACKLIST_CACHE_TTL: float = _own["SECKILL_BLACKLIST_CACHE_TTL"]
+SECKILL_ROOM_STATUS_TTL: float = _own["SECKILL_ROOM_STATUS_TTL"]
+SECKILL_ACTIVITY_REDIS_TTL: float = _own["SECKILL_ACTIVITY_REDIS_TTL"]
+SECKILL_ACTIVITY_ABSENT_TTL: float = _own["SECKILL_ACTIVITY_ABSENT_TTL"]
+SECKILL_CACHE_REBUILD_WAIT: float = _own["SECKILL_CACHE_REBUILD_WAIT"]
+SECKILL_BLACKLIST_REDIS_TTL: float = _own["SECKILL_BLACKLIST_REDIS_TTL"]
+SECKILL_SHOPPER_CACHE_TTL: int = _own["SECKILL_SHOPPER_CACHE_TTL"]
+SECKILL_TOKEN_CACHE_TTL: float = _own["SECKILL_TOKEN_CACHE_TTL"]
+SECKILL_TOKEN_SHARED_TTL: int = _own["SECKILL_TOKEN_SHARED_TTL"]
+SECKILL_TOKEN_AUTO_FILL: bool = _own["SECKILL_TOKEN_AUTO_FILL"]
+SECKILL_TOKEN_FILTER_ERROR_RATE: float = _own["SECKILL_TOKEN_FILTER_ERROR_RATE"]
+SECKILL_TOKEN_REFUSED_TTL: float = _own["SECKILL_TOKEN_REFUSED_TTL"]
+SECKILL_AUTH_FAILURES_PER_IP: str = _own["SECKILL_AUTH_FAILURES_PER_IP"]
+SECKILL_ROOM_JOINS_PER_IP: str = _own["SECKILL_ROOM_JOINS_PER_IP"]
+SECKILL_ROOM_TICK_INTERVAL: float = _own["SECKILL_ROOM_TICK_INTERVAL"]
+SECKILL_AUTO_WARMUP_LEAD: int = _own["SECKILL_AUTO_WARMUP_LEAD"]
+SECKILL_AUTOWARM_INTERVAL: float = _own["SECKILL_AUTOWARM_INTERVAL"]
+SECKILL_RECONCILE_INTERVAL: float = _own["SECKILL_RECONCILE_INTERVAL"]
+SECKILL_DB_RESERVE_PERCENT: int = _own["SECKILL_DB_RESERVE_PERCENT"]
+SECKILL_REPLAY_GRACE: int = _own["SECKILL_REPLAY_GRACE"]
+SECKILL_REPLAY_MAX_ATTEMPTS: int = _own["SECKILL_REPLAY_MAX_ATTEMPTS"]
+SECKILL_REPLAY_INTERVAL: float = _own["SECKILL_REPLAY_INTERVAL"]
+SECKILL_ORDER_BATCH_SIZE: int = _own["SECKILL_ORDER_BATCH_SIZE"]
+SECKILL_DRAIN_KICK_TTL_MS: int = _own["SECKILL_DRAIN_KICK_TTL_MS"]
+SECKILL_DRAIN_TASK_SECONDS: float = _own["SECKILL_DRAIN_TASK_SECONDS"]
+SECKILL_DRAIN_PASS_PAUSE: float = _own["SECKILL_DRAIN_PASS_PAUSE"]
+SECKILL_DRAIN_FLOOD_DEFER: float = _own["SECKILL_DRAIN_FLOOD_DEFER"]
+SECKILL_DEFAULT_PAY_TIMEOUT: int = _own["SECKILL_DEFAULT_PAY_TIMEOUT"]
+SECKILL_EXPIRY_SWEEP_INTERVAL: float = _own["SECKILL_EXPIRY_SWEEP_INTERVAL"]
+SECKILL_PAY_RATE_PER_USER: str = _own["SECKILL_PAY_RATE_PER_USER"]
+SECKILL_CANCEL_RATE_PER_USER: str = _own["SECKILL_CANCEL_RATE_PER_USER"]
+PAYMENT_CURRENCY: str = _own["PAYMENT_CURRENCY"]
+PAYMENT_NOTIFICATION_WINDOW: int = _own["PAYMENT_NOTIFICATION_WINDOW"]
+PAYMENT_RETRY_AFTER: int = _own["PAYMENT_RETRY_AFTER"]
+SECKILL_REDIS_URL: str = _own["SECKILL_REDIS_URL"]
+SECKILL_REDIS_CLUSTER: bool = _own["SECKILL_REDIS_CLUSTER"]
+SECKILL_CLAIM_PENDING_TIMEOUT: float = _own["SECKILL_CLAIM_PENDING_TIMEOUT"]
+SECKILL_BREAKER_FAILURES: int = _own["SECKILL_BREAKER_FAILURES"]
+SECKILL_BREAKER_RESET: float = _own["SECKILL_BREAKER_RESET"]
+SECKILL_FALLBACK_CONCURRENCY: int = _own["SECKILL_FALLBACK_CONCURRENCY"]
+SECKILL_TRUSTED_PROXY_HEADER: str = _own["SECKILL_TRUSTED_PROXY_HEADER"]
+SECKILL_TRUSTED_PROXY_COUNT: int = _own["SECKILL_TRUSTED_PROXY_COUNT"]
+SECKILL_PAGE_MAX_AGE: int = _own["SECKILL_PAGE_MAX_AGE"]
+SECKILL_PAGE_S_MAXAGE: int = _own["SECKILL_PAGE_S_MAXAGE"]
+SECKILL_PUBLISH_DIR: Path = _own["SECKILL_PUBLISH_DIR"]
+WEB_STATEMENT_TIMEOUT: float = _own["WEB_STATEMENT_TIMEOUT"]
+METRICS_TOKEN: str = _own["METRICS_TOKEN"]
+SECKILL_ALLOW_VOLATILE_REDIS: bool = _own["SECKILL_ALLOW_VOLATILE_REDIS"]
+SECKILL_BENCH_VIEWS: bool = _own["SECKILL_BENCH_VIEWS"]
 
 CACHES = {
     "default": {
@@ -165,7 +231,7 @@ AXES_FAILURE_LIMIT = env.int("DJANGO_LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("DJANGO_LOGIN_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_CLIENT_IP_CALLABLE = "seckill.gates.client_ip"  # the same trusted-proxy rule as the rate limits
+AXES_CLIENT_IP_CALLABLE = "seckill.purchase.gates.client_ip"  # the same trusted-proxy rule as the rate limits
 # Throttles (django-ratelimit, fixed windows in the cache Redis; docs/GATES.md): rates such
 # as "10/m" or "5/15m"; "off" disables one. The cache away: requests go on.
 RATELIMIT_ENABLE = env.bool("DJANGO_THROTTLES_ENABLED", default=True)
@@ -181,8 +247,8 @@ RATELIMIT_RATES = {
     "password-reset-address": env("DJANGO_PASSWORD_RESET_RATE_PER_ADDRESS", default="10/h"),
     "password-reset-email": env("DJANGO_PASSWORD_RESET_RATE_PER_EMAIL", default="3/h"),
     # A shopper's pay and cancel calls (API and pages).
-    "order-pay": env("SECKILL_PAY_RATE_PER_USER", default="20/m"),
-    "order-cancel": env("SECKILL_CANCEL_RATE_PER_USER", default="20/m"),
+    "order-pay": SECKILL_PAY_RATE_PER_USER,
+    "order-cancel": SECKILL_CANCEL_RATE_PER_USER,
 }
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -234,15 +300,15 @@ STORAGES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its "WWW-Authenticate: Token" header makes unauthenticated calls 401.
-        "seckill.authentication.CachedTokenAuthentication",
-        "seckill.authentication.CachedSessionAuthentication",
+        "seckill.purchase.authentication.CachedTokenAuthentication",
+        "seckill.purchase.authentication.CachedSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["seckill.parsers.SafeJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.SafeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,
-    "EXCEPTION_HANDLER": "seckill.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.api_errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
@@ -274,138 +340,6 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".local" / "celerybeat-schedule")
 
-# --- The flash sale ---------------------------------------------------------------
-# Redis for the stock engine (the Lua scripts); defaults to REDIS_URL.
-SECKILL_REDIS_URL = env("SECKILL_REDIS_URL", default=REDIS_URL)
-# true: SECKILL_REDIS_URL names a node of a Redis Cluster and redis-py's cluster client is used.
-SECKILL_REDIS_CLUSTER = env.bool("SECKILL_REDIS_CLUSTER", default=False)
-# true: warm-up and start-up accept a stock Redis that may evict keys or keeps nothing on
-# disk (it can lose reservations without a trace): tests and benchmarks only.
-SECKILL_ALLOW_VOLATILE_REDIS = env.bool("SECKILL_ALLOW_VOLATILE_REDIS", default=False)
-# Seconds a reservation may wait for its order before the replay task creates it.
-SECKILL_REPLAY_GRACE = env.int("SECKILL_REPLAY_GRACE", default=30)
-# Replay attempts before the stock is returned and an anomaly opened.
-SECKILL_REPLAY_MAX_ATTEMPTS = env.int("SECKILL_REPLAY_MAX_ATTEMPTS", default=5)
-# How often beat runs the replay (seconds).
-SECKILL_REPLAY_INTERVAL = env.float("SECKILL_REPLAY_INTERVAL", default=10.0)
-# How often beat warms activities about to start and re-warms live ones Redis lost (seconds).
-SECKILL_AUTOWARM_INTERVAL = env.float("SECKILL_AUTOWARM_INTERVAL", default=15.0)
-# Lifetime of a web process's copy of an activity (seconds).
-SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=1.0)
-# Lifetime of a web process's copy of a page of the sale lists (seconds; seckill.listing).
-SECKILL_LIST_CACHE_TTL = env.float("SECKILL_LIST_CACHE_TTL", default=1.0)
-# Lifetime of the drain flag (ms): a purchase that finds no flag sets it and publishes one
-# drain task; the task keeps it set while it drains and clears it when the log is empty.
-# Bounds the wait of a reservation whose task was lost (broker down, worker killed) before
-# another purchase asks again; the replay is behind it.
-SECKILL_DRAIN_KICK_TTL_MS = env.int("SECKILL_DRAIN_KICK_TTL_MS", default=2000)
-# Longest a drain task keeps draining a flood before it ends and lets the next purchase
-# ask for a fresh one (bounded, so a broker's redelivery timeout is never reached).
-SECKILL_DRAIN_TASK_SECONDS = env.float("SECKILL_DRAIN_TASK_SECONDS", default=20.0)
-# A drain pass that found less than a full batch waits this long before the next one, so
-# that a steady stream of purchases is turned into orders ~a batch at a time, not one by
-# one with a pass's fixed cost each (orders trail purchases by about this much more).
-SECKILL_DRAIN_PASS_PAUSE = env.float("SECKILL_DRAIN_PASS_PAUSE", default=0.1)
-# While reservations arrive at a flood's rate (a batch a second or more), the drain task
-# lets them gather instead of writing orders beside the flood's purchases, for at most this
-# many seconds behind the oldest (docs/DESIGN-NOTES.md, "The drain gives way to a flood").
-# 0 (or a pass pause of 0): orders are written during the flood too (a worker on machines
-# of its own). Below the replay's grace (SECKILL_REPLAY_GRACE), which would otherwise write
-# them meanwhile.
-SECKILL_DRAIN_FLOOD_DEFER = env.float("SECKILL_DRAIN_FLOOD_DEFER", default=15.0)
-# Orders created per database transaction by the drain task (docs/DESIGN-NOTES.md, "The order batch").
-SECKILL_ORDER_BATCH_SIZE = env.int("SECKILL_ORDER_BATCH_SIZE", default=500)
-# Default payment deadline (seconds) for new activities.
-SECKILL_DEFAULT_PAY_TIMEOUT = env.int("SECKILL_DEFAULT_PAY_TIMEOUT", default=15 * 60)
-# How often beat reconciles each live activity (seconds); the final run is at close.
-SECKILL_RECONCILE_INTERVAL = env.float("SECKILL_RECONCILE_INTERVAL", default=10.0)
-# How often beat sweeps pending orders past their deadline (the deadline tasks' safety net).
-SECKILL_EXPIRY_SWEEP_INTERVAL = env.float("SECKILL_EXPIRY_SWEEP_INTERVAL", default=30.0)
-# Warm-up happens automatically this many seconds before the start (beat).
-SECKILL_AUTO_WARMUP_LEAD = env.int("SECKILL_AUTO_WARMUP_LEAD", default=300)
-
-# --- Traffic gates (seckill.gates; docs/GATES.md) ------------------------------------
-# Per-shopper and per-client-address purchase limits: fixed windows in the cache Redis
-# (rates such as "10/s", "600/m" or "100/5m"; "off" disables; checked at start-up). Each
-# activity may override them in admin. The per-IP limit is off by default: behind a proxy
-# without SECKILL_TRUSTED_PROXY_HEADER every shopper would share the proxy's address.
-# Redis away: requests go on (the database path has its own strict cap).
-SECKILL_RATE_PER_USER = env("SECKILL_RATE_PER_USER", default="10/s")
-SECKILL_RATE_PER_IP = env("SECKILL_RATE_PER_IP", default="off")
-# The header a trusted proxy or CDN writes the client address into (e.g. X-Forwarded-For),
-# and how many trusted proxies append to it; unset: the socket address is the client.
-SECKILL_TRUSTED_PROXY_HEADER = env("SECKILL_TRUSTED_PROXY_HEADER", default="")
-SECKILL_TRUSTED_PROXY_COUNT = env.int("SECKILL_TRUSTED_PROXY_COUNT", default=1)
-# Device ids for the blacklist come from this request header.
-SECKILL_DEVICE_HEADER = env("SECKILL_DEVICE_HEADER", default="X-Device-Id")
-# Global admission cap per activity (token bucket in Redis): purchases per second let
-# through to the stock script, and the burst; 0 = no cap (an activity may set its own).
-SECKILL_ADMISSION_RATE = env.int("SECKILL_ADMISSION_RATE", default=0)
-SECKILL_ADMISSION_BURST = env.int("SECKILL_ADMISSION_BURST", default=0)
-# The waiting room (docs/WAITING-ROOM.md): joins per client address, and the seconds a web
-# process keeps the room's status (each process ticks the room at most once per that).
-SECKILL_ROOM_JOINS_PER_IP = env("SECKILL_ROOM_JOINS_PER_IP", default="30/m")
-SECKILL_ROOM_STATUS_TTL = env.float("SECKILL_ROOM_STATUS_TTL", default=0.5)
-# Beat ticks every live waiting room this often (seconds): admissions and the close need no poller.
-SECKILL_ROOM_TICK_INTERVAL = env.float("SECKILL_ROOM_TICK_INTERVAL", default=1.0)
-# Seconds a web process answers "sold out" itself after Redis said so.
-SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=1.0)
-# Seconds a web process answers "duplicate" itself to a shopper Redis reserved for or
-# refused as a duplicate (seckill/took_part.py).
-SECKILL_DUPLICATE_TTL = env.float("SECKILL_DUPLICATE_TTL", default=1.0)
-# Every answer a web process gives from its own memory describes a moment at most this
-# long ago (docs/API.md: a refusal is true at some moment of its request, less this bound).
-SECKILL_MEMORY_BOUND = 1.0
-# The activity copy in the cache Redis, unknown ids remembered as absent, and how long a
-# request waits for another process's rebuild before reading the database itself.
-SECKILL_ACTIVITY_REDIS_TTL = env.float("SECKILL_ACTIVITY_REDIS_TTL", default=60.0)
-SECKILL_ACTIVITY_ABSENT_TTL = env.float("SECKILL_ACTIVITY_ABSENT_TTL", default=30.0)
-SECKILL_CACHE_REBUILD_WAIT = env.float("SECKILL_CACHE_REBUILD_WAIT", default=2.0)
-SECKILL_BLACKLIST_CACHE_TTL = env.float("SECKILL_BLACKLIST_CACHE_TTL", default=1.0)
-SECKILL_BLACKLIST_REDIS_TTL = env.float("SECKILL_BLACKLIST_REDIS_TTL", default=60.0)
-for _memory in (
-    "SECKILL_SOLD_OUT_TTL",
-    "SECKILL_DUPLICATE_TTL",
-    "SECKILL_ACTIVITY_CACHE_TTL",
-    "SECKILL_LIST_CACHE_TTL",
-    "SECKILL_ROOM_STATUS_TTL",
-    "SECKILL_BLACKLIST_CACHE_TTL",
-):
-    if globals()[_memory] > SECKILL_MEMORY_BOUND:
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured(
-            f"{_memory} is {globals()[_memory]}: a web process's memory may be at most "
-            f"{SECKILL_MEMORY_BOUND} s old (docs/API.md), or a refusal could describe a sale long past."
-        )
-SECKILL_SHOPPER_CACHE_TTL = env.int("SECKILL_SHOPPER_CACHE_TTL", default=60)
-SECKILL_CAPTCHA_TTL = env.int("SECKILL_CAPTCHA_TTL", default=120)
-# Seconds a web process remembers a token's (or session's) user: no query per request,
-# and a shopper it knows keeps buying through Redis while the database is away.
-SECKILL_TOKEN_CACHE_TTL = env.float("SECKILL_TOKEN_CACHE_TTL", default=30.0)
-# Seconds a token stays in the cache Redis shared by all web processes (deleting the token
-# or saving its user inactive removes it at once; a QuerySet.update is seen after this).
-SECKILL_TOKEN_SHARED_TTL = env.int("SECKILL_TOKEN_SHARED_TTL", default=6 * 3600)
-# The automatic warm-up (beat) also fills the shared token cache while a sale is near or
-# live, when no fill ran within half of SECKILL_TOKEN_SHARED_TTL: what `manage.py
-# token_cache_fill` does, for the operator who did not run it (about 0.1 KB of the cache
-# Redis per shopper). false: only the command fills it.
-SECKILL_TOKEN_AUTO_FILL = env.bool("SECKILL_TOKEN_AUTO_FILL", default=True)
-# The filter of every token's digest in the cache Redis (a Bloom filter, sized by
-# `manage.py token_cache_fill` for twice the tokens there are): the share of made-up
-# tokens it lets through to the database.
-SECKILL_TOKEN_FILTER_ERROR_RATE = env.float("SECKILL_TOKEN_FILTER_ERROR_RATE", default=0.001)
-# Seconds a refused token is answered 401 without the database, in every web process.
-SECKILL_TOKEN_REFUSED_TTL = env.float("SECKILL_TOKEN_REFUSED_TTL", default=10.0)
-# Failed token authentications per client address before 429 ("off" disables).
-SECKILL_AUTH_FAILURES_PER_IP = env.str("SECKILL_AUTH_FAILURES_PER_IP", default="30/m")
-
-# The activity page: shared caches (a CDN) may keep it this long; browsers a little.
-SECKILL_PAGE_MAX_AGE = env.int("SECKILL_PAGE_MAX_AGE", default=30)
-SECKILL_PAGE_S_MAXAGE = env.int("SECKILL_PAGE_S_MAXAGE", default=300)
-# Where `manage.py publish` and the admin action write the static activity pages (a CDN origin).
-SECKILL_PUBLISH_DIR = env.path("SECKILL_PUBLISH_DIR", default=BASE_DIR / "publish")
-
 # --- Payments (django-payments) --------------------------------------------------------
 # The provider `POST /api/orders/<no>/pay` starts payments with, and the only one
 # registered in PAYMENT_VARIANTS: "simulated", "stripe", or empty (no provider: pay answers
@@ -415,17 +349,12 @@ SECKILL_PUBLISH_DIR = env.path("SECKILL_PUBLISH_DIR", default=BASE_DIR / "publis
 PAYMENT_PROVIDER = env("PAYMENT_PROVIDER", default="simulated")
 PAYMENT_SIMULATED_ALLOWED = env.bool("PAYMENT_SIMULATED_ALLOWED", default=False)
 PAYMENT_MODEL = "orders.Payment"
-PAYMENT_CURRENCY = env("PAYMENT_CURRENCY", default="CNY")
 # The shop's public host: providers send the shopper back (and webhooks) to it.
 PAYMENT_HOST = env("PAYMENT_HOST", default="localhost:8000")
 PAYMENT_USES_SSL = env.bool("PAYMENT_USES_SSL", default=not DEBUG)
 # Secret the simulated provider signs its notifications with (HMAC-SHA256).
 # Empty: the simulated provider answers 503 rather than accept unsigned notifications.
 PAYMENT_GATEWAY_SECRET = env("PAYMENT_GATEWAY_SECRET", default="")
-# Notifications older or newer than this many seconds are refused (replays).
-PAYMENT_NOTIFICATION_WINDOW = env.int("PAYMENT_NOTIFICATION_WINDOW", default=300)
-# What a failed provider's 503 payments_unavailable asks the caller to wait (Retry-After).
-PAYMENT_RETRY_AFTER = env.int("PAYMENT_RETRY_AFTER", default=30)
 PAYMENT_PROVIDERS = ("simulated", "stripe")
 
 
@@ -447,23 +376,6 @@ def payment_variants(provider: str) -> dict[str, tuple[str, dict]]:
 
 
 PAYMENT_VARIANTS = payment_variants(PAYMENT_PROVIDER)
-
-# Redis circuit breaker: consecutive failures that open it, seconds before one probe.
-SECKILL_BREAKER_FAILURES = env.int("SECKILL_BREAKER_FAILURES", default=3)
-SECKILL_BREAKER_RESET = env.float("SECKILL_BREAKER_RESET", default=5.0)
-# Purchases one web process runs on the database path at once while Redis is away;
-# beyond it the answer is 503 busy. Keep processes x cap well under the pool size.
-SECKILL_FALLBACK_CONCURRENCY = env.int("SECKILL_FALLBACK_CONCURRENCY", default=4)
-# The database reserve of an activity saved without one, in percent of its total: the
-# units the database path may sell while Redis is away (Redis never holds them).
-SECKILL_DB_RESERVE_PERCENT = env.int("SECKILL_DB_RESERVE_PERCENT", default=2)
-# Sharded stock (Activity.shards > 1): user partitions holding the per-user claims (never
-# change it while a sharded activity is live).
-SECKILL_USER_PARTITIONS = env.int("SECKILL_USER_PARTITIONS", default=16)
-# Seconds after which a sharded purchase's pending claim (claimed, shard step not settled)
-# counts as left behind by a Redis error: the shopper's next purchase and reconciliation
-# settle it. Well above the Redis socket timeout, so a purchase in flight is never touched.
-SECKILL_CLAIM_PENDING_TIMEOUT = env.float("SECKILL_CLAIM_PENDING_TIMEOUT", default=10.0)
 
 # --- Mail (password reset) -------------------------------------------------------------
 # EMAIL_URL in django-environ's form: smtp+tls://user:password@host:587, smtps://…,
@@ -489,11 +401,6 @@ def email_settings(url: str) -> dict:
 
 globals().update(email_settings(EMAIL_URL))
 DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="webmaster@localhost")
-
-# --- Operator endpoints ------------------------------------------------------------------
-# Bearer token for /metrics and the details of /healthz (server/health.py). Unset: /metrics
-# answers 401 to everyone and /healthz only says ok or degraded.
-METRICS_TOKEN = env("METRICS_TOKEN", default="")
 
 # Logs: every line carries the request id; DJANGO_LOG_FORMAT=json for one JSON object per line.
 LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
@@ -541,7 +448,3 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,
     },
 }
-
-# Mount bench/'s contrast endpoints (the database-direct purchase) under /bench/.
-# Only `make bench` turns this on.
-SECKILL_BENCH_VIEWS = env.bool("SECKILL_BENCH_VIEWS", default=False)

@@ -4,13 +4,12 @@ before (devtools.pytest_plugin puts the embedded ones' URLs in the environment).
 import os
 
 from .base import *  # noqa: F403
-from .base import DATABASES, env
+from .base import BASE_DIR, DATABASES, env
+from .registry import settings_read
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="test-only-not-secret")
 DEBUG = False
 DEVELOPMENT_SECRETS_ALLOWED = True
-# The processes the tests start inherit it: the tests scrape /metrics with it.
-METRICS_TOKEN = env("METRICS_TOKEN", default="test-metrics-token")
 # Login throttling is on only in the tests about it (their client.login() has no request).
 AXES_ENABLED = False
 # The account and order throttles too (tests/gates/test_throttles.py turns them on).
@@ -31,19 +30,26 @@ PAYMENT_USES_SSL = env.bool("PAYMENT_USES_SSL", default=False)
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Tests want quick replays; each test that needs one sets its own grace.
 SECKILL_REPLAY_GRACE = 2
-SECKILL_ACTIVITY_CACHE_TTL = env.float("SECKILL_ACTIVITY_CACHE_TTL", default=0.0)
-SECKILL_LIST_CACHE_TTL = env.float("SECKILL_LIST_CACHE_TTL", default=0.0)
-# Gates that remember or limit are off unless a test (or the process it starts) asks.
-SECKILL_SOLD_OUT_TTL = env.float("SECKILL_SOLD_OUT_TTL", default=0.0)
-SECKILL_DUPLICATE_TTL = env.float("SECKILL_DUPLICATE_TTL", default=0.0)
-# The suite's Redis servers keep nothing on disk; the tests about it turn this off.
-SECKILL_ALLOW_VOLATILE_REDIS = env.bool("SECKILL_ALLOW_VOLATILE_REDIS", default=True)
-SECKILL_RATE_PER_USER = env("SECKILL_RATE_PER_USER", default="off")
-SECKILL_RATE_PER_IP = env("SECKILL_RATE_PER_IP", default="off")
-SECKILL_ACTIVITY_REDIS_TTL = env.float("SECKILL_ACTIVITY_REDIS_TTL", default=0.0)
-SECKILL_BLACKLIST_CACHE_TTL = env.float("SECKILL_BLACKLIST_CACHE_TTL", default=0.0)
-SECKILL_BLACKLIST_REDIS_TTL = env.float("SECKILL_BLACKLIST_REDIS_TTL", default=0.0)
-SECKILL_SHOPPER_CACHE_TTL = env.int("SECKILL_SHOPPER_CACHE_TTL", default=0)
+# Other defaults for the suite (config/settings/registry.py reads and checks them as base.py
+# does): the environment still wins, so a process a test starts gets what the test asks.
+_SUITE_DEFAULTS: dict[str, object] = {
+    # Gates that remember or limit are off unless a test (or the process it starts) asks.
+    "SECKILL_ACTIVITY_CACHE_TTL": 0.0,
+    "SECKILL_LIST_CACHE_TTL": 0.0,
+    "SECKILL_SOLD_OUT_TTL": 0.0,
+    "SECKILL_DUPLICATE_TTL": 0.0,
+    "SECKILL_RATE_PER_USER": "off",
+    "SECKILL_RATE_PER_IP": "off",
+    "SECKILL_ACTIVITY_REDIS_TTL": 0.0,
+    "SECKILL_BLACKLIST_CACHE_TTL": 0.0,
+    "SECKILL_BLACKLIST_REDIS_TTL": 0.0,
+    "SECKILL_SHOPPER_CACHE_TTL": 0,
+    # The suite's Redis servers keep nothing on disk; the tests about it turn this off.
+    "SECKILL_ALLOW_VOLATILE_REDIS": True,
+    # The processes the tests start inherit it: the tests scrape /metrics with it.
+    "METRICS_TOKEN": "test-metrics-token",
+}
+globals().update(settings_read(env, project_dir=BASE_DIR, defaults=_SUITE_DEFAULTS, names=_SUITE_DEFAULTS))
 
 # --- isolation ------------------------------------------------------------------
 # The suite owns two Redis databases (stock/cache and broker) and flushes them per

@@ -86,7 +86,7 @@ def check(
 
     from inventory.models import SeckillStock, StockMovement
     from orders.models import AnomalyOrder, Order
-    from seckill.selectors import redis_remaining
+    from seckill.sale.selectors import redis_remaining
 
     out = Outcome(drill)
     records, marks = read_history(history)

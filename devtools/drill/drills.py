@@ -145,8 +145,8 @@ def make_sale(stack: Stack, sale: Sale, run: int, start_in: float = -5.0) -> tup
     from rest_framework.authtoken.models import Token
 
     from inventory.models import Product
-    from seckill.activities import activity_create, activity_token_ensure
-    from seckill.lifecycle import activity_warmup
+    from seckill.sale.activities import activity_create, activity_token_ensure
+    from seckill.sale.lifecycle import activity_warmup
 
     User = get_user_model()
     prefix = f"d{run}-"
@@ -277,7 +277,7 @@ class Supervisor:
 
 
 def run_drill(stack: Stack, drill: Drill, sale: Sale, run: int, log, *, label: str = "") -> Outcome:
-    from seckill.reconciliation import reconcile
+    from seckill.sale.reconciliation import reconcile
 
     label = label or f"drill {drill.number}"
     activity, token, shoppers, start_at = make_sale(stack, sale, run, start_in=drill.start_in)

@@ -4,7 +4,7 @@ from django import template
 from django.conf import settings
 from django.utils import translation
 
-from seckill.pages import activity_page_path, page_languages
+from seckill.sale.pages import activity_page_path, page_languages
 
 register = template.Library()
 

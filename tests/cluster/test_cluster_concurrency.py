@@ -42,9 +42,9 @@ def test_sharded_lifecycle_on_the_cluster(on_cluster, django_capture_on_commit_c
 
     from orders.models import Order
     from orders.services import order_cancel
-    from seckill.lifecycle import activity_keys_remove
-    from seckill.reconciliation import reconcile
-    from seckill.replay import reservations_replay
+    from seckill.sale.lifecycle import activity_keys_remove
+    from seckill.sale.reconciliation import reconcile
+    from seckill.sale.replay import reservations_replay
     from stock.layout import StockLayout
     from stock.scripts import ScriptCode
 

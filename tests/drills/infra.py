@@ -15,7 +15,7 @@ from django.db.models import Count, Sum
 from devtools.embedded import redis_server_binary
 from inventory.models import StockMovement
 from orders.models import AnomalyOrder, Order
-from seckill.reconciliation import reconcile
+from seckill.sale.reconciliation import reconcile
 
 from ..helpers import BIN, Process, purchase, wait_until
 

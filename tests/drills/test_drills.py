@@ -16,9 +16,9 @@ from rest_framework.authtoken.models import Token
 
 from inventory.models import SeckillStock
 from orders.models import Order
-from seckill.activities import activity_token_ensure
-from seckill.reconciliation import reconcile
-from seckill.selectors import redis_remaining
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import redis_remaining
 from stock.redis_client import reset_stock_redis
 
 from ..factories import make_activity, make_users

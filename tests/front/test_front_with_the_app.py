@@ -17,8 +17,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from seckill.activities import activity_token_ensure
 from seckill.models import Activity
+from seckill.sale.activities import activity_token_ensure
 
 from ..factories import make_activity, make_users, token_of
 from ..helpers import BASE_DIR, gate_window_room, start_front, start_gunicorn, subprocess_env, wait_until

@@ -6,8 +6,8 @@ from django.db.models import Sum
 from rest_framework.authtoken.models import Token
 
 from orders.models import AnomalyOrder, Order
-from seckill.reconciliation import reconcile
-from seckill.selectors import redis_remaining
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import redis_remaining
 
 from ..helpers import wait_until
 

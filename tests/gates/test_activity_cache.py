@@ -6,9 +6,9 @@ import random
 import pytest
 from django.db import connection
 
-from seckill.activities import activity_token_ensure
 from seckill.models import Activity
-from seckill.selectors import activity_snapshot, activity_snapshot_forget, gate_redis
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import activity_snapshot, activity_snapshot_forget, gate_redis
 from stock.keys import ActivityKeys
 
 from ..factories import make_activity, make_users

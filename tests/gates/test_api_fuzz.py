@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
 
-from seckill.activities import activity_token_ensure
 from seckill.models import Activity
-from seckill.selectors import activity_snapshot_forget
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import activity_snapshot_forget
 
 from ..factories import make_activity, make_users, token_of
 

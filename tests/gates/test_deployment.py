@@ -97,7 +97,7 @@ def test_repeated_wrong_passwords_lock_the_login_out(client, login_path):
 def test_refused_purchases_are_not_logged_one_line_each_but_other_4xx_are(caplog):
     from rest_framework.test import APIClient
 
-    from seckill.activities import activity_token_ensure
+    from seckill.sale.activities import activity_token_ensure
 
     from ..factories import make_activity, make_users
 

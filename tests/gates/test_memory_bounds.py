@@ -11,9 +11,9 @@ from rest_framework.test import APIClient
 
 from orders.models import Order
 from orders.services import order_cancel
-from seckill.activities import activity_token_ensure
-from seckill.replay import reservations_drain
-from seckill.took_part import took_part_known
+from seckill.purchase.took_part import took_part_known
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.replay import reservations_drain
 
 from ..factories import make_activity, make_users, token_of
 from ..helpers import wait_until

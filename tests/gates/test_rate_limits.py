@@ -6,9 +6,9 @@ import time
 import pytest
 
 from orders.models import Order
-from seckill.activities import activity_token_ensure
 from seckill.models import Activity
-from seckill.selectors import activity_snapshot_forget, redis_remaining
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import activity_snapshot_forget, redis_remaining
 
 from ..factories import make_activity, make_users
 from ..helpers import calls_since, purchase, redis_calls

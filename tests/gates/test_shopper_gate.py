@@ -7,11 +7,11 @@ from django.core import checks
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from seckill.activities import activity_token_ensure
 from seckill.apps import rates_check
-from seckill.authentication import SHARED_PREFIX, token_cache_clear, token_shared_fill
-from seckill.gates import rate_parse
-from seckill.selectors import gate_redis
+from seckill.purchase.authentication import SHARED_PREFIX, token_cache_clear, token_shared_fill
+from seckill.purchase.gates import rate_parse
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import gate_redis
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

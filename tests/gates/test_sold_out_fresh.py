@@ -13,9 +13,9 @@ from django.utils import timezone
 from core.memory import memories
 from orders.models import Order
 from orders.services import orders_expire_overdue
-from seckill.activities import activity_token_ensure
-from seckill.replay import reservations_drain
-from seckill.selectors import redis_remaining
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import redis_remaining
 from server.handlers import StackDispatcher
 
 from ..factories import make_activity, make_users
@@ -28,7 +28,7 @@ UNITS = 25
 
 
 def _sold_out_memory():
-    return next(memory for memory in memories() if memory.name == "seckill.soldout")
+    return next(memory for memory in memories() if memory.name == "seckill.sale.soldout")
 
 
 def test_units_back_after_the_memory_ran_out_are_sold_to_every_shopper_at_once(settings):

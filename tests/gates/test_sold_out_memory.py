@@ -7,8 +7,8 @@ import pytest
 
 from orders.models import Order
 from orders.services import order_cancel
-from seckill.activities import activity_token_ensure
-from seckill.selectors import redis_remaining
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import redis_remaining
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

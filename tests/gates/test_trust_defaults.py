@@ -13,8 +13,8 @@ from django.db import connection
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from seckill.activities import activity_token_ensure
 from seckill.models import Activity, validate_rate
+from seckill.sale.activities import activity_token_ensure
 from tests.factories import make_activity
 
 from ..helpers import BASE_DIR
@@ -132,8 +132,8 @@ def test_the_purchase_token_waits_for_the_database_clock_not_the_web_process():
 
 @pytest.mark.django_db
 def test_close_waits_for_the_database_clock(monkeypatch):
-    from seckill import lifecycle
-    from seckill.lifecycle import WarmupError, activity_close
+    from seckill.sale import lifecycle
+    from seckill.sale.lifecycle import WarmupError, activity_close
 
     ended = _database_now() + timedelta(minutes=10)
     activity = make_activity(start_at=ended - timedelta(hours=1), end_at=ended)
@@ -151,7 +151,7 @@ def _style_src(response) -> str:
 
 @pytest.mark.django_db
 def test_no_inline_style_is_allowed_and_the_pages_need_none():
-    from seckill.reconciliation import reconcile
+    from seckill.sale.reconciliation import reconcile
 
     activity = make_activity()
     reconcile(activity_id=activity.pk)

@@ -24,10 +24,10 @@ from orders.services import (
     orders_expire_overdue,
 )
 from orders.tasks import orders_expire_overdue_task
-from seckill.activities import activity_token_ensure
-from seckill.purchase import Reserved, purchase_reserve
-from seckill.reconciliation import reconcile
-from seckill.selectors import activity_snapshot, redis_remaining
+from seckill.purchase.reserve import Reserved, purchase_reserve
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import activity_snapshot, redis_remaining
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

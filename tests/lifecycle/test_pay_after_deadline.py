@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock
 from orders.models import Order, Payment
 from orders.services import OrderNotPayable, order_pay, orders_expire_overdue
-from seckill.selectors import redis_remaining
+from seckill.sale.selectors import redis_remaining
 
 from ..factories import make_activity, make_users
 from ..helpers import wait_until

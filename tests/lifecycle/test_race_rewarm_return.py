@@ -10,9 +10,9 @@ import pytest
 
 from inventory.models import SeckillStock
 from orders.services import order_cancel
-from seckill.lifecycle import activity_warmup
-from seckill.reconciliation import reconcile
-from seckill.selectors import redis_remaining
+from seckill.sale.lifecycle import activity_warmup
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import redis_remaining
 
 from ..factories import make_activity, make_users
 from .helpers import buy

@@ -13,7 +13,6 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Sum
@@ -23,12 +22,12 @@ from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order, ReleasedReservation
 from orders.services import order_cancel, orders_create_from_reservations, reservation_give_up
 from orders.tasks import order_create_task
-from seckill.lifecycle import WarmupError, WarmupResult, activity_close, activity_warmup
 from seckill.models import Activity
-from seckill.reconciliation import reconcile
-from seckill.replay import reservations_drain, reservations_replay
-from seckill.selectors import redis_remaining
-from stock.keys import ActivityKeys, claim_value
+from seckill.sale.lifecycle import WarmupError, WarmupResult, activity_close, activity_warmup
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.replay import reservations_drain, reservations_replay
+from seckill.sale.selectors import redis_remaining
+from stock.keys import USER_PARTITIONS, ActivityKeys, claim_value
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending
@@ -52,7 +51,7 @@ def reserve_on_shards(activity, user) -> LogEntry | None:
 def participants_in_redis(activity) -> dict[int, str]:
     """The participant records: the users hash, or (S > 1) every user partition's claims."""
     keys, client = ActivityKeys(activity.pk), stock_redis()
-    hashes = [keys] if activity.shards == 1 else [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)]
+    hashes = [keys] if activity.shards == 1 else [keys.partition(p) for p in range(USER_PARTITIONS)]
     return {int(u): v.decode() for h in hashes for u, v in client.hgetall(h.users).items()}
 
 
@@ -114,7 +113,7 @@ def test_a_reservation_the_guard_refused_stays_refused_when_a_cancel_frees_a_uni
 
     assert not Order.objects.filter(activity=activity, user=late).exists()
     assert ReleasedReservation.objects.filter(activity=activity, reservation_id=entry.reservation_id).exists()
-    from seckill.selectors import purchase_result
+    from seckill.sale.selectors import purchase_result
 
     assert purchase_result(activity_id=activity.pk, user_id=late.pk)[0] == "failed"
     assert SeckillStock.objects.get(activity=activity).available == 1

@@ -14,10 +14,10 @@ from prometheus_client import REGISTRY
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary
 from orders.services import _insert_orders, order_cancel, order_pay
-from seckill.lifecycle import activity_close, activity_stop_selling
 from seckill.models import Activity
-from seckill.reconciliation import REPORT_CONTRACT_KEYS, reconcile
-from seckill.selectors import redis_remaining
+from seckill.sale.lifecycle import activity_close, activity_stop_selling
+from seckill.sale.reconciliation import REPORT_CONTRACT_KEYS, reconcile
+from seckill.sale.selectors import redis_remaining
 from seckill.tasks import reconcile_live_task
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
@@ -138,7 +138,7 @@ def test_injected_faults_land_in_their_buckets_and_a_second_run_changes_nothing(
     assert reports(activity) == 2
 
     # Staff correct Redis (a forced re-warm derives it from the database): the identity holds.
-    from seckill.lifecycle import activity_warmup
+    from seckill.sale.lifecycle import activity_warmup
 
     activity_warmup(activity_id=activity.pk, force=True)
     third = reconcile(activity_id=activity.pk)

@@ -13,8 +13,8 @@ from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
 from orders.services import anomaly_record
 from seckill.models import Activity
-from seckill.reconciliation import reconcile
-from seckill.selectors import redis_remaining
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import redis_remaining
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

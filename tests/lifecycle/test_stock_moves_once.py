@@ -14,11 +14,11 @@ from inventory.models import SeckillStock, StockMovement
 from inventory.services import InsufficientStock, Share, stock_return
 from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_units_return_safely, orders_units_return
-from seckill.lifecycle import WarmupError, activity_close, activity_warmup
 from seckill.models import Activity
-from seckill.reconciliation import reconcile
-from seckill.replay import reservations_replay
-from seckill.selectors import redis_remaining
+from seckill.sale.lifecycle import WarmupError, activity_close, activity_warmup
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.replay import reservations_replay
+from seckill.sale.selectors import redis_remaining
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

@@ -8,9 +8,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
-from seckill.activities import activity_token_ensure
 from seckill.models import Activity
-from seckill.selectors import activity_snapshot_forget
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import activity_snapshot_forget
 from server.handlers import StackDispatcher
 
 from ..factories import make_activity, make_users, token_of

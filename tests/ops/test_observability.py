@@ -12,8 +12,8 @@ from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import REGISTRY
 
-from seckill.activities import activity_token_ensure
-from seckill.reconciliation import reconcile
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.reconciliation import reconcile
 from stock.redis_client import reset_stock_redis
 
 from ..factories import make_activity, make_users, token_of

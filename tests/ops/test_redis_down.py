@@ -13,11 +13,11 @@ from django.db.models import Count, Sum
 from core.errors import ApiError
 from inventory.models import SeckillStock, StockMovement
 from orders.models import DB_PATH_PREFIX, Order
-from seckill.breaker import CircuitBreaker, redis_breaker
-from seckill.purchase import purchase_reserve
-from seckill.reconciliation import reconcile
-from seckill.replay import reservations_drain
-from seckill.selectors import activity_snapshot, redis_remaining
+from seckill.purchase.reserve import purchase_reserve
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import activity_snapshot, redis_remaining
+from stock.breaker import CircuitBreaker, redis_breaker
 from stock.redis_client import reset_stock_redis
 
 from ..factories import make_activity, make_users
@@ -206,7 +206,7 @@ def test_a_cancelled_database_path_order_joins_redis_share_and_frees_its_shopper
     cut()
     assert type(_reserve(activity.pk, user.pk)).__name__ == "Reserved"
     restore()
-    from seckill.fallback import reserve_participants_sync
+    from seckill.purchase.fallback import reserve_participants_sync
 
     assert reserve_participants_sync() == 1
     order = Order.objects.get(activity=activity, user=user)
@@ -260,9 +260,9 @@ def test_the_end_of_a_sale_moves_later_after_the_database_path_sold_from_its_res
     activity's setting and tried to reset the stock, refusing a plain extension."""
     from datetime import timedelta
 
-    from seckill.activities import activity_save
-    from seckill.fallback import purchase_fallback
     from seckill.models import Activity
+    from seckill.purchase.fallback import purchase_fallback
+    from seckill.sale.activities import activity_save
 
     activity = make_activity(stock=4, db_reserve=1)
     (user,) = make_users(1)

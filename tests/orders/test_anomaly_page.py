@@ -13,8 +13,8 @@ from django.urls import reverse
 from orders.admin import ANOMALY_ACTIONS
 from orders.models import AnomalyOrder
 from orders.services import ANOMALY_KIND_ACTIONS, anomaly_record
-from seckill.reconciliation import reconcile
-from seckill.selectors import redis_remaining
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import redis_remaining
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures

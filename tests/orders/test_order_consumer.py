@@ -24,12 +24,12 @@ from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_number, orders_create_from_reservations
 from orders.tasks import order_create_task
-from seckill.activities import activity_token_ensure
 from seckill.models import Activity
-from seckill.purchase import purchase_reserve
-from seckill.reconciliation import reconcile
-from seckill.replay import reservations_replay
-from seckill.selectors import activity_snapshot, purchase_result, redis_remaining
+from seckill.purchase.reserve import purchase_reserve
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.replay import reservations_replay
+from seckill.sale.selectors import activity_snapshot, purchase_result, redis_remaining
 from seckill.tasks import reservations_drain_task, reservations_replay_task
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis

@@ -11,9 +11,9 @@ from orders.models import Order, Payment
 from orders.payments import payment_start
 from orders.services import order_cancel
 from orders.simulated import checkout_complete
-from seckill.purchase import purchase_reserve
-from seckill.replay import reservations_drain
-from seckill.selectors import activity_snapshot
+from seckill.purchase.reserve import purchase_reserve
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import activity_snapshot
 from tests.factories import ProductFactory, UserFactory, make_activity
 
 from .addresses import give_address

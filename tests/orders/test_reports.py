@@ -7,7 +7,7 @@ from django.test import Client
 from django.urls import reverse
 
 from orders.models import ReconciliationReport
-from seckill.reconciliation import reconcile
+from seckill.sale.reconciliation import reconcile
 from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
 from ..factories import UserFactory, make_activity, make_users

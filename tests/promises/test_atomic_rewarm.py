@@ -5,8 +5,8 @@ a race leaves shards frozen, never a mix of old and new figures."""
 import pytest
 from django.conf import settings
 
-from seckill.lifecycle import activity_warmup
-from seckill.reconciliation import reconciliation_measure
+from seckill.sale.lifecycle import activity_warmup
+from seckill.sale.reconciliation import reconciliation_measure
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import SHARD_PURCHASE

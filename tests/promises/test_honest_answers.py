@@ -34,8 +34,8 @@ from django.db.models import Sum
 from config.settings import base as production_defaults
 from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order
-from seckill.reconciliation import reconcile
-from seckill.selectors import redis_remaining
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import redis_remaining
 from tests.factories import make_activity, make_users
 from tests.helpers import http, start_celery_worker, start_gunicorn, subprocess_env, wait_until
 from tests.promises.history import CLOCK_MARGIN, ORDER, RESULT, SaleRecorder, monotonic_of

@@ -7,9 +7,9 @@ import pytest
 from django.test import override_settings
 
 from orders.models import Order
-from seckill.lifecycle import WarmupError, activity_identity_check, activity_warmup, stock_redis_refusal
 from seckill.models import Activity
-from seckill.replay import reservations_drain
+from seckill.sale.lifecycle import WarmupError, activity_identity_check, activity_warmup, stock_redis_refusal
+from seckill.sale.replay import reservations_drain
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from tests.factories import make_activity, make_users

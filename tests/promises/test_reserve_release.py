@@ -10,11 +10,11 @@ from inventory.models import SeckillStock
 from inventory.services import stock_reserve_release
 from orders.models import Order
 from orders.services import order_cancel
-from seckill.fallback import purchase_fallback
-from seckill.purchase import purchase_reserve
-from seckill.reconciliation import reconcile
-from seckill.replay import reservations_drain
-from seckill.selectors import activity_snapshot, redis_remaining, units_left_many
+from seckill.purchase.fallback import purchase_fallback
+from seckill.purchase.reserve import purchase_reserve
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import activity_snapshot, redis_remaining, units_left_many
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

@@ -15,9 +15,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from orders.models import Order
-from seckill.authentication import token_shared_fill
 from seckill.models import Activity
-from seckill.room import commitment_of, draw_order
+from seckill.purchase.authentication import token_shared_fill
+from seckill.room.room import commitment_of, draw_order
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

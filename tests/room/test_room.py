@@ -10,7 +10,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from seckill.models import Activity
-from seckill.room import draw_order, room_pause, room_status
+from seckill.room.room import draw_order, room_pause, room_status
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.scripts import run_release
@@ -90,7 +90,7 @@ def test_no_shows_expire_and_free_their_slot_within_the_cap():
 
 
 def test_the_room_closes_on_sell_out_and_reopens_when_units_come_back():
-    from seckill.activities import activity_token_ensure
+    from seckill.sale.activities import activity_token_ensure
 
     activity = room_sale(stock=1, room_cap=0)
     a, b, c = make_users(3, prefix="close")
@@ -170,7 +170,7 @@ def test_hostile_input_is_a_clear_4xx():
 
 
 def test_an_ended_room_keeps_its_seed_and_writes_nothing_to_redis():
-    from seckill.selectors import activity_snapshot_forget
+    from seckill.sale.selectors import activity_snapshot_forget
 
     activity = room_sale(stock=5)
     (u,) = make_users(1, prefix="ended")

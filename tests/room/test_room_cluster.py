@@ -5,7 +5,7 @@ import pytest
 import redis
 from django.utils import timezone
 
-from seckill.activities import activity_token_ensure
+from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_join_draw_admit_buy_and_close_on_the_cluster(on_cluster):
-    from seckill.room import room_status
+    from seckill.room.room import room_status
 
     client = stock_redis()
     assert isinstance(client, redis.RedisCluster)

@@ -13,10 +13,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from core.errors import ApiError
-from seckill.activities import activity_token_ensure
 from seckill.models import Activity
-from seckill.purchase import purchase_reserve
-from seckill.room import room_status, room_ticket_check
+from seckill.purchase.reserve import purchase_reserve
+from seckill.room.room import room_status, room_ticket_check
+from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

@@ -12,8 +12,8 @@ from inventory.models import SeckillStock
 from orders.models import Order
 from orders.services import order_pay, orders_create_from_reservations
 from seckill.models import Activity
-from seckill.reconciliation import reconcile
-from seckill.selectors import redis_remaining
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import redis_remaining
 from seckill.tasks import activity_close_task
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis

@@ -25,9 +25,9 @@ from django.utils import timezone
 from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order, ReconciliationReport
 from orders.services import order_address_attach, order_cancel, order_pay, orders_create_from_reservations
-from seckill.lifecycle import activity_warmup
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
-from seckill.reconciliation import reconcile
+from seckill.sale.lifecycle import activity_warmup
+from seckill.sale.reconciliation import reconcile
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from prometheus_client import REGISTRY
 
-from seckill.activities import activity_token_ensure
+from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from seckill.activities import activity_token_ensure
+from seckill.sale.activities import activity_token_ensure
 from server.app import PURCHASE_MAX_BODY
 from server.handlers import StackDispatcher
 from stock.keys import ActivityKeys

@@ -13,14 +13,14 @@ from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.test import APIClient
 
-from seckill.activities import activity_token_ensure
-from seckill.authentication import (
+from seckill.purchase.authentication import (
     SHARED_PREFIX,
     token_cache_clear,
     token_known,
     token_shopper,
 )
-from seckill.selectors import gate_redis
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import gate_redis
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

@@ -9,8 +9,8 @@ from celery.signals import before_task_publish
 from django.db.models import Sum
 
 from orders.models import Order
-from seckill.purchase import purchase_reserve
-from seckill.selectors import activity_snapshot
+from seckill.purchase.reserve import purchase_reserve
+from seckill.sale.selectors import activity_snapshot
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

@@ -12,9 +12,9 @@ from django.utils import timezone
 from inventory.models import SeckillStock
 from orders.models import Order
 from orders.services import orders_create_from_reservations
-from seckill import activities
-from seckill.activities import ActivityChangeRefused, activity_save
 from seckill.models import Activity
+from seckill.sale import activities
+from seckill.sale.activities import ActivityChangeRefused, activity_save
 from stock.reservations import reservations_pending
 from stock.scripts import ScriptCode
 

@@ -1,4 +1,4 @@
-"""The merchant's live view of a sale (seckill.dashboard, the admin's live page and its
+"""The merchant's live view of a sale (seckill.admin.dashboard, the admin's live page and its
 JSON): sold and left, orders by state, revenue, the pace, refused purchases, anomalies;
 the one status word; merchants and reviewers may watch, shoppers may not."""
 
@@ -13,7 +13,7 @@ from django.test import Client
 from core.metrics import PURCHASES
 from orders.models import AnomalyOrder, Order
 from orders.services import order_cancel, order_pay, orders_create_from_reservations
-from seckill.dashboard import SaleStatus, live_figures, purchase_refusals, sale_status
+from seckill.admin.dashboard import SaleStatus, live_figures, purchase_refusals, sale_status
 from seckill.models import Activity
 from stock.keys import ActivityKeys
 from stock.redis_client import reset_stock_redis, stock_redis

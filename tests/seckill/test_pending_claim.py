@@ -11,18 +11,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
 from orders.models import Order
-from seckill.activities import activity_token_ensure
-from seckill.lifecycle import activity_warmup
-from seckill.purchase import purchase_reserve
-from seckill.reconciliation import reconcile
-from seckill.replay import reservations_replay
-from seckill.selectors import activity_snapshot, purchase_result
-from stock.keys import ActivityKeys, claim_pending, claim_value
+from seckill.purchase.reserve import purchase_reserve
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.lifecycle import activity_warmup
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.replay import reservations_replay
+from seckill.sale.selectors import activity_snapshot, purchase_result
+from stock.keys import USER_PARTITIONS, ActivityKeys, claim_pending, claim_value
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending
 from stock.scripts import CLAIM, SHARD_PURCHASE, ScriptCode
@@ -34,7 +33,7 @@ STALE_S = 60  # well past SECKILL_CLAIM_PENDING_TIMEOUT (10 s)
 
 
 def partition_of(activity, user_id: int) -> ActivityKeys:
-    return ActivityKeys(activity.pk).user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+    return ActivityKeys(activity.pk).user_partition(user_id, USER_PARTITIONS)
 
 
 def interrupted_purchase(activity, user_id: int, *, age_s: float, shard: int | None = None) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order
 from orders.services import orders_create_from_reservations
-from seckill.activities import activity_token_ensure
+from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending
@@ -147,8 +147,8 @@ def test_missing_stock_key_is_busy_never_sold_out(shopper):
 
 
 def test_moving_the_start_of_a_started_sale_into_the_future_is_refused(shopper):
-    """A started sale's start is locked (seckill.activities.activity_locked_fields): its token stays."""
-    from seckill.activities import ActivityChangeRefused, activity_save
+    """A started sale's start is locked (seckill.sale.activities.activity_locked_fields): its token stays."""
+    from seckill.sale.activities import ActivityChangeRefused, activity_save
 
     activity = make_activity(stock=5)
     token = activity_token_ensure(activity_id=activity.pk)

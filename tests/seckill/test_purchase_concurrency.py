@@ -20,9 +20,9 @@ from django.db.models import Count, Sum
 from config.settings import base as production_defaults
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
-from seckill.activities import activity_token_ensure
-from seckill.reconciliation import reconcile
-from seckill.selectors import redis_remaining
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import redis_remaining
 
 from ..factories import make_activity, make_users
 from ..helpers import SHARDS, purchase, shard_stocks, start_celery_worker, start_gunicorn, subprocess_env, wait_until

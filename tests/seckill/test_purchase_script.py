@@ -4,7 +4,7 @@ the per-user limit, nor a zero or negative quantity that would add stock."""
 
 import pytest
 
-from seckill.selectors import redis_remaining
+from seckill.sale.selectors import redis_remaining
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.scripts import ScriptCode, run_purchase

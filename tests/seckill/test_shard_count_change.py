@@ -6,14 +6,13 @@ otherwise, before anything is written, in the service and in the admin alike."""
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
-from seckill.activities import ActivityChangeRefused, activity_save
-from seckill.lifecycle import activity_warmup
 from seckill.models import Activity
-from seckill.selectors import activity_snapshot_forget, redis_remaining
-from stock.keys import ActivityKeys
+from seckill.sale.activities import ActivityChangeRefused, activity_save
+from seckill.sale.lifecycle import activity_warmup
+from seckill.sale.selectors import activity_snapshot_forget, redis_remaining
+from stock.keys import USER_PARTITIONS, ActivityKeys
 from stock.redis_client import stock_redis
 from stock.scripts import ScriptCode
 
@@ -26,7 +25,7 @@ def stock_keys_left(activity_id: int, shards: int) -> list[str]:
     keys = ActivityKeys(activity_id)
     parts = keys.shards(shards)
     if shards > 1:
-        parts += [keys.partition(p) for p in range(settings.SECKILL_USER_PARTITIONS)]
+        parts += [keys.partition(p) for p in range(USER_PARTITIONS)]
     client = stock_redis()
     return [name for part in parts for name in (part.stock, part.loaded, part.users) if client.exists(name)]
 

@@ -9,18 +9,17 @@ tests/seckill/test_purchase_concurrency.py.
 """
 
 import pytest
-from django.conf import settings
 from django.db.models import Sum
 from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock
 from orders.models import Order
 from orders.services import order_cancel, orders_create_from_reservations
-from seckill.activities import activity_token_ensure
-from seckill.lifecycle import activity_keys_remove, activity_warmup
-from seckill.replay import reservations_replay
-from seckill.selectors import purchase_result, redis_remaining, units_left_many
-from stock.keys import ActivityKeys, claim_value
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.lifecycle import activity_keys_remove, activity_warmup
+from seckill.sale.replay import reservations_replay
+from seckill.sale.selectors import purchase_result, redis_remaining, units_left_many
+from stock.keys import USER_PARTITIONS, ActivityKeys, claim_value
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending
@@ -152,7 +151,7 @@ def test_rewarm_derives_the_shards_from_the_database_and_the_logs():
     client = stock_redis()
     keys = ActivityKeys(activity.pk)
     client.delete(*[k.stock for k in keys.shards(SHARDS)], *[k.loaded for k in keys.shards(SHARDS)])
-    client.delete(*[keys.partition(p).users for p in range(settings.SECKILL_USER_PARTITIONS)])
+    client.delete(*[keys.partition(p).users for p in range(USER_PARTITIONS)])
     result = activity_warmup(activity_id=activity.pk, force=True)
     assert result.remaining == 30 and result.participants == 10
     assert sum(shard_stocks(activity)) == 30

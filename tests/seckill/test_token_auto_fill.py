@@ -15,7 +15,7 @@ from django.utils import timezone
 from django_redis import get_redis_connection
 from rest_framework.exceptions import AuthenticationFailed
 
-from seckill.authentication import (
+from seckill.purchase.authentication import (
     FILL_LOCK,
     FILLED_MARK,
     token_cache_clear,

@@ -17,9 +17,9 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from seckill.activities import activity_token_ensure
-from seckill.authentication import token_cache_clear, token_shared_key
-from seckill.selectors import gate_redis
+from seckill.purchase.authentication import token_cache_clear, token_shared_key
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import gate_redis
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

@@ -19,12 +19,12 @@ from rest_framework.test import APIClient
 from inventory.models import Product, SeckillStock
 from orders.models import AnomalyOrder, Order
 from orders.services import orders_create_from_reservations
-from seckill.activities import activity_token_ensure
-from seckill.lifecycle import WarmupResult
 from seckill.models import Activity
-from seckill.reconciliation import REPORT_CONTRACT_KEYS, reconcile
-from seckill.replay import reservations_drain
-from seckill.selectors import redis_remaining
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.lifecycle import WarmupResult
+from seckill.sale.reconciliation import REPORT_CONTRACT_KEYS, reconcile
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import redis_remaining
 from seckill.tasks import activities_autowarm_task
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis

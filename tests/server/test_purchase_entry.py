@@ -15,12 +15,12 @@ import server.app
 from core.errors import ApiError
 from orders.models import Order
 from orders.services import order_cancel
-from seckill.activities import activity_token_ensure
-from seckill.gates import known_shopper, purchase_admit, purchase_early_refusal
 from seckill.models import Activity
-from seckill.replay import reservations_drain
-from seckill.selectors import activity_snapshot, activity_snapshot_forget
-from seckill.soldout import sold_out_forget
+from seckill.purchase.gates import known_shopper, purchase_admit, purchase_early_refusal
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import activity_snapshot, activity_snapshot_forget
+from seckill.sale.soldout import sold_out_forget
 from server.handlers import StackDispatcher
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis

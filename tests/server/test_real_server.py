@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from orders.models import Order
-from seckill.activities import activity_token_ensure
-from seckill.authentication import token_shared_remember
+from seckill.purchase.authentication import token_shared_remember
+from seckill.sale.activities import activity_token_ensure
 
 from ..factories import make_activity, make_users, token_of
 from ..helpers import assert_identity, purchase, start_celery_worker, start_gunicorn, subprocess_env, wait_until

@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from seckill.models import Activity
-from seckill.selectors import activity_snapshot_forget
+from seckill.sale.selectors import activity_snapshot_forget
 from tests.factories import UserFactory, make_activity
 
 pytestmark = pytest.mark.django_db
@@ -219,9 +219,9 @@ def test_an_old_format_csrf_cookie_does_not_make_the_page_set_a_cookie():
 def sell(activity, n: int) -> list:
     """n shoppers each take a unit, and their orders are made (as the drain task does)."""
     from orders.models import Order
-    from seckill.purchase import purchase_reserve
-    from seckill.replay import reservations_drain
-    from seckill.selectors import activity_snapshot
+    from seckill.purchase.reserve import purchase_reserve
+    from seckill.sale.replay import reservations_drain
+    from seckill.sale.selectors import activity_snapshot
 
     buyers = [UserFactory() for _ in range(n)]
     for buyer in buyers:

@@ -13,10 +13,10 @@ from playwright.sync_api import expect
 
 from orders.models import Order, Payment
 from orders.services import order_cancel
-from seckill.activities import activity_save
-from seckill.purchase import purchase_reserve
-from seckill.replay import reservations_drain
-from seckill.selectors import activity_snapshot, redis_remaining
+from seckill.purchase.reserve import purchase_reserve
+from seckill.sale.activities import activity_save
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import activity_snapshot, redis_remaining
 from tests.factories import ProductFactory, UserFactory, make_activity
 from tests.helpers import start_gunicorn, wait_until
 from tests.orders.addresses import give_address

@@ -8,9 +8,9 @@ import pytest
 from playwright.sync_api import expect
 
 from orders.models import Order, ShippingAddress
-from seckill.purchase import purchase_reserve
-from seckill.replay import reservations_drain
-from seckill.selectors import activity_snapshot
+from seckill.purchase.reserve import purchase_reserve
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import activity_snapshot
 from tests.factories import ProductFactory, UserFactory, make_activity
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ from inventory.models import SeckillStock
 from orders.models import Order, Payment
 from orders.services import order_cancel
 from orders.simulated import SIGNATURE_HEADER, notification_build, notification_sign
-from seckill.purchase import purchase_reserve
-from seckill.replay import reservations_drain
-from seckill.selectors import activity_snapshot, redis_remaining
+from seckill.purchase.reserve import purchase_reserve
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import activity_snapshot, redis_remaining
 from tests.factories import UserFactory, make_activity
 from tests.orders.addresses import give_address
 

@@ -15,8 +15,8 @@ from playwright.sync_api import expect
 
 from orders.models import Order
 from orders.services import order_cancel
-from seckill.activities import activity_save
-from seckill.replay import reservations_drain
+from seckill.sale.activities import activity_save
+from seckill.sale.replay import reservations_drain
 from tests.factories import make_activity
 from tests.helpers import start_gunicorn, wait_until
 from tests.shopper.conftest import CHROMIUM, CHROMIUM_ARGS, manifest_env

@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from seckill.activities import activity_save
 from seckill.models import Activity
+from seckill.sale.activities import activity_save
 from seckill.tasks import activity_start_task
 from tests.factories import make_activity
 from tests.helpers import wait_until

@@ -8,9 +8,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.models import Product
-from seckill.activities import activity_create
-from seckill.lifecycle import WarmupError, activity_warmup
 from seckill.models import Activity
+from seckill.sale.activities import activity_create
+from seckill.sale.lifecycle import WarmupError, activity_warmup
 
 from ._time import parse_when
 

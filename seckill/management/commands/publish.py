@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from seckill.models import Activity
-from seckill.pages import activity_page_publish
+from seckill.sale.pages import activity_page_publish
 
 
 class Command(BaseCommand):

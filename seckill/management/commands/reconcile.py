@@ -3,8 +3,8 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from seckill.models import Activity
-from seckill.reconciliation import reconcile
-from seckill.selectors import live_activities
+from seckill.sale.reconciliation import reconcile
+from seckill.sale.selectors import live_activities
 
 
 class Command(BaseCommand):

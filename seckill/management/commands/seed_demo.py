@@ -12,9 +12,9 @@ from django.utils.formats import date_format
 from rest_framework.authtoken.models import Token
 
 from inventory.models import Product
-from seckill.activities import activity_create, activity_owner_set, activity_save
-from seckill.lifecycle import activity_warmup
 from seckill.models import Activity
+from seckill.sale.activities import activity_create, activity_owner_set, activity_save
+from seckill.sale.lifecycle import activity_warmup
 
 SHOPPERS = ["alice", "bob", "carol", "dave", "erin"]
 # Staff accounts for the README's tour, in the groups the migrations create.

@@ -3,8 +3,8 @@ import json
 import redis
 from django.core.management.base import BaseCommand, CommandError
 
-from seckill.lifecycle import WarmupError, activity_warmup
 from seckill.models import Activity
+from seckill.sale.lifecycle import WarmupError, activity_warmup
 
 
 class Command(BaseCommand):

@@ -15,9 +15,9 @@ from rest_framework.views import APIView
 from core.errors import ApiError, api_error_of
 from core.log_filters import expected_rejection_unlogged
 from orders.serializers import OrderSerializer
-
-from .captcha import captcha_issue
-from .gates import (
+from seckill.models import Activity
+from seckill.purchase.captcha import captcha_issue
+from seckill.purchase.gates import (
     Admitted,
     activity_absent,
     activity_limits,
@@ -26,13 +26,8 @@ from .gates import (
     token_purchase_admit,
     traffic_limits_check,
 )
-from .listing import PageNotFound, activities_page, page_number_parse
-from .models import Activity
-from .pages import page_flag
-from .purchase import purchase_reserve
-from .room import room_ticket_consume
-from .selectors import ActivitySnapshot, activity_snapshot, purchase_result, units_left_many
-from .serializers import (
+from seckill.purchase.reserve import purchase_reserve
+from seckill.purchase.serializers import (
     ActivitySerializer,
     CaptchaSerializer,
     ErrorSerializer,
@@ -40,6 +35,10 @@ from .serializers import (
     PurchaseQueuedSerializer,
     PurchaseRequestSerializer,
 )
+from seckill.room.room import room_ticket_consume
+from seckill.sale.listing import PageNotFound, activities_page, page_number_parse
+from seckill.sale.pages import page_flag
+from seckill.sale.selectors import ActivitySnapshot, activity_snapshot, purchase_result, units_left_many
 
 NO_STORE = {"Cache-Control": "no-store, max-age=0"}
 _ERR = OpenApiResponse(ErrorSerializer)
@@ -81,7 +80,7 @@ class ActivityListApi(APIView):
     permission_classes = [AllowAny]
     authentication_classes = []
 
-    """Upcoming and live sales first, newest first, then the ended ones (seckill.listing),
+    """Upcoming and live sales first, newest first, then the ended ones (seckill.sale.listing),
     in DRF's page style; ``?page=N``."""
 
     @extend_schema(

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from orders.models import Order
-from stock.keys import ActivityKeys, claim_pending_since, claim_value
+from stock.keys import USER_PARTITIONS, ActivityKeys, claim_pending_since, claim_value
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import parse_log_entry, run_claim_settle
@@ -54,7 +54,7 @@ def claim_pending_settle(
             logger.warning("pending claim of user %s in activity %s kept: %s", user_id, activity_id, exc)
             return None
         new = claim_value(*live) if live else ""
-    partition = keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+    partition = keys.user_partition(user_id, USER_PARTITIONS)
     if not run_claim_settle(client, partition, user_id=user_id, expected=held, new=new):
         return None
     logger.info("pending claim of user %s in activity %s settled: %r", user_id, activity_id, new or "released")

@@ -22,17 +22,14 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.errors import ApiError
-from stock.redis_client import stock_redis
-from stock.scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
-
-from .activities import activity_token_ensure
-from .authentication import token_known, token_lookup, token_shopper, token_shopper_of_reply
-from .breaker import redis_away, redis_breaker
-from .captcha import captcha_consume
-from .limited import limited_for, limited_remember
-from .models import Activity
-from .room import room_ticket_check
-from .selectors import (
+from seckill.models import Activity
+from seckill.purchase.authentication import token_known, token_lookup, token_shopper, token_shopper_of_reply
+from seckill.purchase.captcha import captcha_consume
+from seckill.purchase.limited import limited_for, limited_remember
+from seckill.purchase.took_part import took_part_known, took_part_refusal
+from seckill.room.room import room_ticket_check
+from seckill.sale.activities import activity_token_ensure
+from seckill.sale.selectors import (
     ActivitySnapshot,
     activity_snapshot,
     activity_snapshot_remembered,
@@ -41,8 +38,10 @@ from .selectors import (
     gate_redis,
     shopper_facts,
 )
-from .soldout import sold_out_known
-from .took_part import took_part_known, took_part_refusal
+from seckill.sale.soldout import sold_out_known
+from stock.breaker import redis_away, redis_breaker
+from stock.redis_client import stock_redis
+from stock.scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
 
 logger = logging.getLogger(__name__)
 

@@ -15,13 +15,12 @@ from rest_framework.views import APIView
 
 from core.errors import api_error_of
 from core.log_filters import expected_rejection_unlogged
+from seckill.purchase.apis import NO_STORE, error_json, snapshot_or_404
+from seckill.purchase.gates import TrafficLimits, client_ip, rate_parse, traffic_limits_check
+from seckill.purchase.serializers import ErrorSerializer
+from seckill.room.room import estimate_seconds, room_draw, room_join, room_status, room_ticket_issue, status_bytes
+from seckill.sale.selectors import ActivitySnapshot
 from stock.scripts import RateLimit
-
-from .apis import NO_STORE, error_json, snapshot_or_404
-from .gates import TrafficLimits, client_ip, rate_parse, traffic_limits_check
-from .room import estimate_seconds, room_draw, room_join, room_status, room_ticket_issue, status_bytes
-from .selectors import ActivitySnapshot
-from .serializers import ErrorSerializer
 
 _ERR = OpenApiResponse(ErrorSerializer)
 STATUS_CACHE = "public, max-age=1"

@@ -45,16 +45,15 @@ from orders.services import (
     orders_expire_overdue,
     orders_units_return,
 )
+from seckill.models import Activity
+from seckill.sale.claims import claims_pending_settle
+from seckill.sale.replay import reservations_replay
+from seckill.sale.selectors import activity_shards
 from stock.handover import released_units_hand_over, reserve_hand_over
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import StockRedis, stock_redis
 from stock.scripts import LogEntry, RedisSnapshot
-
-from .claims import claims_pending_settle
-from .models import Activity
-from .replay import reservations_replay
-from .selectors import activity_shards
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,8 @@ from django.conf import settings
 from django.utils.translation import gettext as _
 
 from core.errors import busy
+from seckill.sale.selectors import gate_redis
 from stock.keys import ActivityKeys
-
-from .selectors import gate_redis
 
 logger = logging.getLogger(__name__)
 

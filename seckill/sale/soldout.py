@@ -12,7 +12,7 @@ from django.conf import settings
 from core.memory import ProcessMemory
 
 # Activity id -> True while Redis's "sold out" is believed.
-_memory: ProcessMemory[int, bool] = ProcessMemory("seckill.soldout", max_entries=10_000)
+_memory: ProcessMemory[int, bool] = ProcessMemory("seckill.sale.soldout", max_entries=10_000)
 
 
 def sold_out_known(activity_id: int) -> bool:

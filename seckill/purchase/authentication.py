@@ -54,6 +54,7 @@ from core.loop_bridge import await_only, on_loop
 from core.loop_database import loop_database
 from core.memory import ProcessMemory
 from inventory.services import prepared_cursor
+from stock.breaker import redis_away
 from stock.redis_client import cache_redis
 from stock.scripts import (
     GATE_OVER_FAILURES,
@@ -66,12 +67,10 @@ from stock.scripts import (
     run_token_filter_add,
 )
 
-from .breaker import redis_away
-
 logger = logging.getLogger(__name__)
 
 # ("token", key) -> (user id, username) or REFUSED, ("session", user id, auth hash) -> User.
-_memory: ProcessMemory[tuple, object] = ProcessMemory("seckill.authentication", max_entries=100_000)
+_memory: ProcessMemory[tuple, object] = ProcessMemory("seckill.purchase.authentication", max_entries=100_000)
 _cached = _memory.get
 REFUSED = "refused"  # a token the database refused moments ago
 
@@ -282,7 +281,7 @@ def _token_row(key: str) -> tuple[int, str] | None:
     # parsed and planned again for every new shopper of a flood. On the event loop, on the
     # loop's own connection (Django's refuse the loop's thread).
     if on_loop():
-        row = await_only(loop_database().fetch_one(_token_user_sql(), [key]))
+        row = await_only(loop_database().fetch_keyed(_token_user_sql(many=True), key))
     else:
         with prepared_cursor() as cursor:
             cursor.execute(_token_user_sql(), [key])
@@ -444,7 +443,7 @@ def token_shopper(key: str, *, failures: RateLimit | None = None) -> TokenShoppe
 
 class CachedTokenAuthentication(TokenAuthentication):
     def authenticate(self, request):
-        from .gates import auth_failure_limit  # the gates use this module: imported when called
+        from seckill.purchase.gates import auth_failure_limit  # the gates use this module: imported when called
 
         self.failures = auth_failure_limit(request)  # DRF makes one authenticator per request
         return super().authenticate(request)
@@ -523,4 +522,4 @@ class CachedSessionScheme(SessionScheme):
     """Documents CachedSessionAuthentication in /api/schema/ as the session cookie it is
     (without this, drf-spectacular warns, and `check --deploy` is not clean)."""
 
-    target_class = "seckill.authentication.CachedSessionAuthentication"
+    target_class = "seckill.purchase.authentication.CachedSessionAuthentication"

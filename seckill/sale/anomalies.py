@@ -3,9 +3,8 @@ with orders.services at start-up, since orders may not import seckill."""
 
 from orders.models import AnomalyOrder
 from orders.services import AnomalyActionError, anomaly_log, anomaly_repair_register
-
-from .lifecycle import WarmupError, activity_warmup
-from .reconciliation import reconcile, reconciliation_measure
+from seckill.sale.lifecycle import WarmupError, activity_warmup
+from seckill.sale.reconciliation import reconcile, reconciliation_measure
 
 
 def anomaly_drift_measured(activity_id: int) -> str | None:

@@ -18,8 +18,10 @@ from inventory.models import SeckillStock, StockMovement
 from inventory.services import InsufficientStock
 from orders.models import AnomalyOrder, Order, ReconciliationReport
 from orders.selectors import activities_visible_to, sales_visible_filter, sees_every_sale
-
-from .activities import (
+from seckill.admin.dashboard import SaleStatus, live_figures, sale_status, sale_statuses
+from seckill.models import Activity, BlacklistEntry, ShopperProfile
+from seckill.room.room import room_figures, room_pause
+from seckill.sale.activities import (
     SHARDS_CHANGE_LEAD,
     ActivityChangeRefused,
     activity_duplicate,
@@ -31,11 +33,8 @@ from .activities import (
     blacklist_entry_save,
     shopper_profile_save,
 )
-from .dashboard import SaleStatus, live_figures, sale_status, sale_statuses
-from .lifecycle import WarmupError, activity_stop_selling, activity_warmup
-from .models import Activity, BlacklistEntry, ShopperProfile
-from .pages import activity_page_publish
-from .room import room_figures, room_pause
+from seckill.sale.lifecycle import WarmupError, activity_stop_selling, activity_warmup
+from seckill.sale.pages import activity_page_publish
 
 
 class SeckillStockInline(admin.StackedInline):
@@ -161,7 +160,7 @@ def _duplicate_title(title: str) -> str:
     return title if title.endswith(suffix) else (title[: 200 - len(suffix)] + suffix)
 
 
-# The waiting room's settings (seckill.room): each has a default.
+# The waiting room's settings (seckill.room.room): each has a default.
 ROOM_FIELDS = frozenset({"admission_mode", "room_prequeue_minutes", "room_rate", "room_cap", "room_window_seconds"})
 
 
@@ -579,7 +578,7 @@ class ActivityAdmin(admin.ModelAdmin):
 
     @admin.action(description="End now and clean up", permissions=["change"])
     def end_and_clean_up(self, request, queryset):
-        from .tasks import activity_close_task
+        from seckill.tasks import activity_close_task
 
         now = timezone.now()
         started = []

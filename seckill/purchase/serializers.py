@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from .models import Activity
+from seckill.models import Activity
 
 
 class ActivitySerializer(serializers.ModelSerializer):
@@ -41,7 +41,7 @@ class FlagSerializer(serializers.Serializer):
 
 
 class PurchaseRequestSerializer(serializers.Serializer):
-    """Documentation of the body; validation is seckill.gates.purchase_body_parse."""
+    """Documentation of the body; validation is seckill.purchase.gates.purchase_body_parse."""
 
     token = serializers.CharField()
     quantity = serializers.IntegerField(required=False, default=1, min_value=1)

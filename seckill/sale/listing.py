@@ -1,7 +1,7 @@
 """The sale lists (`/api/activities/` and `/`): upcoming and live sales first, newest
 first, then the ended ones; a page at a time, each page built once per
 ``SECKILL_LIST_CACHE_TTL`` in this process, with one stock read per listed activity
-(``seckill.selectors.units_left_many``): the units still for sale, the reserve's included."""
+(``seckill.sale.selectors.units_left_many``): the units still for sale, the reserve's included."""
 
 import logging
 from dataclasses import dataclass
@@ -12,9 +12,8 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from core.memory import MISSING, ProcessMemory
-
-from .models import Activity
-from .selectors import units_left_many
+from seckill.models import Activity
+from seckill.sale.selectors import units_left_many
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """This web process's memory of the limits a shopper, an address or an activity is over.
 
-A fixed-window rate limit (seckill.gates) that says "over" stays over until its window
+A fixed-window rate limit (seckill.purchase.gates) that says "over" stays over until its window
 ends, and an empty token bucket (the admission cap) admits no one before its next token is
 due: asking Redis again before then can only bring the same 429. So the verdict is kept in
 the process until that moment and answered without a round trip, as the sold-out memory
@@ -14,7 +14,7 @@ from core.memory import ProcessMemory
 
 # Limit key -> True until the limit's moment; one per limited shopper: a flood of new ones
 # pushes out the oldest, never grows it.
-_memory: ProcessMemory[str, bool] = ProcessMemory("seckill.limited", max_entries=100_000)
+_memory: ProcessMemory[str, bool] = ProcessMemory("seckill.purchase.limited", max_entries=100_000)
 
 
 def limited_for(key: str) -> float | None:

@@ -20,12 +20,11 @@ from prometheus_client import multiprocess
 from core.metrics import PURCHASES
 from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order, ReconciliationReport
+from seckill.models import Activity
+from seckill.sale.selectors import units_left_many
+from stock.breaker import redis_away
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
-
-from .breaker import redis_away
-from .models import Activity
-from .selectors import units_left_many
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from core.memory import ProcessMemory
 
 # (activity id, user id) -> True while the script's "taken part" is believed. Bounded: a
 # sale with more winners than this forgets the oldest, which only costs them the round trip.
-_memory: ProcessMemory[tuple[int, int], bool] = ProcessMemory("seckill.took_part", max_entries=100_000)
+_memory: ProcessMemory[tuple[int, int], bool] = ProcessMemory("seckill.purchase.took_part", max_entries=100_000)
 
 
 def took_part_known(activity_id: int, user_id: int) -> bool:

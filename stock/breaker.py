@@ -3,7 +3,7 @@
 closed     Redis answers; purchases run the Lua script.
 open       ``SECKILL_BREAKER_FAILURES`` consecutive Redis errors opened it; for
            ``SECKILL_BREAKER_RESET`` seconds nobody tries Redis (purchases take the
-           database path, see ``seckill.fallback``).
+           database path, see ``seckill.purchase.fallback``).
 half_open  the reset time passed: one caller (the probe) is let through to Redis, the
            others answer busy; its success closes the breaker, its failure opens it again.
 
@@ -11,7 +11,7 @@ No re-synchronisation is needed when Redis comes back: the database path sells o
 activity's database reserve, which Redis never holds (``inventory.services``, the two
 shares), so whatever this process or any other sold while Redis was away is no unit
 Redis counts. Before it closes, the probe writes the database-path shoppers' records into
-Redis (``seckill.fallback.reserve_participants_sync``) so none of them buys a second time.
+Redis (``seckill.purchase.fallback.reserve_participants_sync``) so none of them buys a second time.
 """
 
 from __future__ import annotations

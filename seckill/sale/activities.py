@@ -14,10 +14,9 @@ from django.utils import timezone
 from inventory.models import Product, SeckillStock
 from inventory.services import stock_create, stock_set_total
 from orders.models import Order
-
-from .lifecycle import _activity_relayout_logged, activity_start_schedule
-from .models import Activity, default_db_reserve
-from .selectors import (
+from seckill.models import Activity, default_db_reserve
+from seckill.sale.lifecycle import _activity_relayout_logged, activity_start_schedule
+from seckill.sale.selectors import (
     ActivitySnapshot,
     activity_snapshot_forget,
     activity_snapshot_forget_local,

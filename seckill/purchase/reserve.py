@@ -10,20 +10,19 @@ from django.core.exceptions import SynchronousOnlyOperation
 
 from core.errors import DATABASE_AWAY, ApiError, busy
 from core.loop_bridge import on_loop
+from seckill.purchase.fallback import Reserved, purchase_fallback, reserve_participants_sync
+from seckill.purchase.took_part import took_part_refusal, took_part_remember
+from seckill.sale.claims import claim_pending_settle
+from seckill.sale.selectors import (
+    ActivitySnapshot,
+)
+from seckill.sale.soldout import sold_out_note, sold_out_remember
+from stock.breaker import redis_breaker
 from stock.handover import reserve_hand_over
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import PurchaseReply, ScriptCode
-
-from .breaker import redis_breaker
-from .claims import claim_pending_settle
-from .fallback import Reserved, purchase_fallback, reserve_participants_sync
-from .selectors import (
-    ActivitySnapshot,
-)
-from .soldout import sold_out_note, sold_out_remember
-from .took_part import took_part_refusal, took_part_remember
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
 
     The caller has run gate 1 (input, time window, token). Raises ApiError otherwise.
     With Redis away, the circuit breaker sends purchases to the database path, which
-    sells the activity's reserve only (``seckill.fallback``).
+    sells the activity's reserve only (``seckill.purchase.fallback``).
     """
     breaker = redis_breaker()
     ticket = breaker.allow()
@@ -154,7 +153,7 @@ def _enqueue_drain(activity_id: int) -> None:
 
 
 def _drain_request(activity_id: int) -> None:
-    from .tasks import reservations_drain_task
+    from seckill.tasks import reservations_drain_task
 
     try:
         reservations_drain_task.apply_async(args=[activity_id])

@@ -23,14 +23,13 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
 from inventory.models import Product
-
-from .listing import PageNotFound, activities_page, card_state, page_number_parse
-from .middleware import mark_shared
-from .models import Activity
-from .pages import activity_page_render, page_flag
-from .selectors import activity_snapshot
-from .serializers import ErrorSerializer
-from .throttles import signup_throttle
+from seckill.middleware import mark_shared
+from seckill.models import Activity
+from seckill.purchase.serializers import ErrorSerializer
+from seckill.sale.listing import PageNotFound, activities_page, card_state, page_number_parse
+from seckill.sale.pages import activity_page_render, page_flag
+from seckill.sale.selectors import activity_snapshot
+from seckill.throttles import signup_throttle
 
 NO_STORE = "no-store, max-age=0"
 

@@ -1,7 +1,7 @@
 """Purchases while the stock Redis is away: the database path, selling the reserve only.
 
 Service functions (writes) of the Redis-down mode; ``purchase_reserve`` decides when to
-use them through the circuit breaker (``seckill.breaker``).
+use them through the circuit breaker (``stock.breaker``).
 
 * ``purchase_fallback``: the database path (``orders.services.order_create_direct``: the
   order insert and the conditional update of the activity's database reserve in one
@@ -37,12 +37,11 @@ from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
 from orders.models import DB_PATH_PREFIX, Order
 from orders.services import OrderDuplicate, order_create_direct
+from seckill.models import Activity
+from seckill.sale.selectors import ActivitySnapshot, live_activities
 from stock.handover import released_units_hand_over
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
-
-from .models import Activity
-from .selectors import ActivitySnapshot, live_activities
 
 logger = logging.getLogger(__name__)
 

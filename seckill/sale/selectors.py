@@ -23,12 +23,11 @@ from redis.exceptions import LockError
 
 from core.errors import DATABASE_AWAY, busy
 from core.memory import MISSING, ProcessMemory
-from stock.keys import ActivityKeys
+from seckill.models import Activity, BlacklistEntry, activity_phase
+from stock.breaker import redis_away
+from stock.keys import USER_PARTITIONS, ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import cache_redis, stock_redis
-
-from .breaker import redis_away
-from .models import Activity, BlacklistEntry, activity_phase
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ class ActivitySnapshot:
     min_member_level: int | None = None
     min_account_age_days: int | None = None
     captcha_required: bool = False
-    # The waiting room (seckill.room): "direct" or "room", and the room's settings.
+    # The waiting room (seckill.room.room): "direct" or "room", and the room's settings.
     admission_mode: str = "direct"
     room_prequeue_minutes: int = 15
     room_rate: int = 20
@@ -93,13 +92,13 @@ class _SharedKeys:
 # None: an absent activity) and the lock of the one thread per name that asks for a new
 # copy. Bounded: a flood of made-up ids pushes out the oldest, never grows memory. Each
 # name's value is of its codec's type.
-_local: ProcessMemory[str, Any] = ProcessMemory("seckill.selectors.local", max_entries=100_000)
+_local: ProcessMemory[str, Any] = ProcessMemory("seckill.sale.selectors.local", max_entries=100_000)
 # The server's front renews the activity's and the blacklist's copies in the last quarter
 # of their life, on its thread pool, while they still serve: the requests on its event
 # loop never find them missing (each that did waited for the pool to fill them again,
 # every second, behind the GIL the pool's thread then held).
 RENEW_AHEAD = 0.25
-_flights: ProcessMemory[str, threading.Lock] = ProcessMemory("seckill.selectors.flights", max_entries=100_000)
+_flights: ProcessMemory[str, threading.Lock] = ProcessMemory("seckill.sale.selectors.flights", max_entries=100_000)
 
 
 def _json_default(value: object) -> str:
@@ -623,7 +622,7 @@ def purchase_result(*, activity_id: int, user_id: int) -> tuple[str, object]:
         return "ordered", latest
     # The activity's own hashes (S = 1) and the shopper's partition (S > 1): no database read for S.
     keys = ActivityKeys(activity_id)
-    part = keys.user_partition(user_id, settings.SECKILL_USER_PARTITIONS)
+    part = keys.user_partition(user_id, USER_PARTITIONS)
     away = busy("The result cannot be read just now; please try again in a moment.")
     if redis_away():
         raise away

@@ -15,11 +15,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
 from core.memory import ProcessMemory, shallow_size
-
-from .activities import activity_flag
-from .models import Activity
-from .selectors import ActivitySnapshot, units_left_many
-from .soldout import sold_out_known
+from seckill.models import Activity
+from seckill.sale.activities import activity_flag
+from seckill.sale.selectors import ActivitySnapshot, units_left_many
+from seckill.sale.soldout import sold_out_known
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ def rendered_pages(name: str) -> ProcessMemory[tuple, RenderedPage]:
     )
 
 
-_rendered = rendered_pages("seckill.pages.rendered")
+_rendered = rendered_pages("seckill.sale.pages.rendered")
 
 
 def _page_inputs(activity: Activity, language: str) -> tuple:

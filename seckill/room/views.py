@@ -6,9 +6,9 @@ from django.http import Http404
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
-from .models import Activity
-from .pages import RenderedPage, page_strings, rendered_pages, shared_page_render
-from .views import shared_page
+from seckill.models import Activity
+from seckill.sale.pages import RenderedPage, page_strings, rendered_pages, shared_page_render
+from seckill.sale.views import shared_page
 
 
 def room_page_path(*, activity_id: int, language: str) -> str:
@@ -46,7 +46,7 @@ def room_strings() -> dict[str, str]:
     }
 
 
-_rendered = rendered_pages("seckill.room_views.rendered")
+_rendered = rendered_pages("seckill.room.views.rendered")
 
 
 def room_page_render(*, activity: Activity, language: str) -> RenderedPage:

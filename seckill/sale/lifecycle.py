@@ -14,18 +14,17 @@ from django.utils import timezone
 
 from orders.models import Order
 from orders.services import orders_units_return
+from seckill.models import Activity
+from seckill.sale.reconciliation import Measurement, reconcile, reconciliation_measure
+from seckill.sale.replay import reservations_drain
+from seckill.sale.selectors import (
+    activity_snapshot_fill,
+    activity_snapshot_forget,
+)
 from stock.identity import identity_differences, new_epoch, stock_identity, volatile_reasons
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
-
-from .models import Activity
-from .reconciliation import Measurement, reconcile, reconciliation_measure
-from .replay import reservations_drain
-from .selectors import (
-    activity_snapshot_fill,
-    activity_snapshot_forget,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ def activity_start_schedule(*, activity_id: int) -> None:
     """
 
     def schedule() -> None:
-        from .tasks import activity_start_task
+        from seckill.tasks import activity_start_task
 
         start_at = Activity.objects.filter(pk=activity_id).values_list("start_at", flat=True).first()
         if start_at is None:
@@ -294,7 +293,7 @@ def activity_identity_check(*, activity_id: int) -> list[str]:
 
 def activity_stock_relayout(*, activity_id: int, old_shards: int) -> int:
     """After a committed change of the shard count of an activity neither warmed nor
-    started (``seckill.activities.activity_locked_fields`` refuses it otherwise, before
+    started (``seckill.sale.activities.activity_locked_fields`` refuses it otherwise, before
     the commit, from the database alone: no shopper can have reserved yet): remove the
     stock keys of the old layout (its shards, and its user partitions or users hash) that
     a warm-up which failed part way may have left, so no unit sits in a key the purchase
