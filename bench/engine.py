@@ -9,7 +9,7 @@ import time
 
 from django import db
 
-from seckill.sale.selectors import activity_snapshot_load
+from seckill.sale.snapshot import activity_snapshot_load
 from stock.keys import ActivityKeys
 from stock.redis_client import reset_stock_redis, stock_redis
 from stock.scripts import PURCHASE, ScriptCode, purchase_script_call, run_purchase

@@ -13,7 +13,7 @@ from django.db import transaction
 from core.errors import ApiError
 from inventory.services import InsufficientStock, Share, stock_deduct
 from orders.services import NewOrder, _insert_orders
-from seckill.sale.selectors import ActivitySnapshot
+from seckill.sale.snapshot import ActivitySnapshot
 from stock.scripts import LogEntry
 
 

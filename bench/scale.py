@@ -117,7 +117,7 @@ def db_scenario(*, seconds: float, threads: int) -> dict:
     from inventory.models import Product
     from seckill.purchase.fallback import purchase_fallback
     from seckill.sale.activities import activity_create
-    from seckill.sale.selectors import activity_snapshot
+    from seckill.sale.snapshot import activity_snapshot
 
     now = timezone.now()
     product = Product.objects.create(name="bench scale", list_price=Decimal("9.99"))

@@ -190,7 +190,7 @@ class Bench:
 
     def orders_drained(self, activity_id: int, *, deadline_s: float = 600) -> float:
         """Wait until the reservation log is empty (every reservation has its order)."""
-        from seckill.sale.selectors import activity_shards
+        from seckill.sale.snapshot import activity_shards
 
         started = time.monotonic()
         logs = [k.log for k in ActivityKeys(activity_id).shards(activity_shards(activity_id))]

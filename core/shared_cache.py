@@ -58,21 +58,24 @@ def _json_default(value: object) -> str:
 
 
 class SharedCache:
-    """The two levels for one family of values (``name`` → value in this process).
+    """The two levels for one family of values (``name``: its memories' names).
 
     ``client``: the cache Redis; ``away``: true while it is known to be away (read the
     database at once); ``rebuild_wait``: seconds a reader waits for another process's
     rebuild before it reads the database itself."""
 
     def __init__(
-        self, *, client: Callable[[], redis.Redis], away: Callable[[], bool], rebuild_wait: Callable[[], float]
+        self,
+        name: str,
+        *,
+        client: Callable[[], redis.Redis],
+        away: Callable[[], bool],
+        rebuild_wait: Callable[[], float],
     ):
         self.client, self.away, self.rebuild_wait = client, away, rebuild_wait
         # Bounded: a flood of made-up ids pushes out the oldest, never grows memory.
-        self.local: ProcessMemory[str, Any] = ProcessMemory("core.shared_cache.local", max_entries=100_000)
-        self.flights: ProcessMemory[str, threading.Lock] = ProcessMemory(
-            "core.shared_cache.flights", max_entries=100_000
-        )
+        self.local: ProcessMemory[str, Any] = ProcessMemory(f"{name}.local", max_entries=100_000)
+        self.flights: ProcessMemory[str, threading.Lock] = ProcessMemory(f"{name}.flights", max_entries=100_000)
 
     def get(self, name: str, keys: SharedKeys, codec: Codec[T], *, local_ttl: float, shared: bool = True) -> T:
         """The value from this process's memory, else Redis (when ``shared``), else the
@@ -105,6 +108,10 @@ class SharedCache:
         finally:
             flight.release()
         return value
+
+    def read(self, keys: SharedKeys, codec: Codec[T]) -> tuple[bool, Any]:
+        """(fresh, the copy in Redis or None), with no rebuild."""
+        return self._read(self.client(), keys, codec)
 
     def remembered(self, name: str) -> Any:
         """This process's copy, or MISSING (no I/O)."""

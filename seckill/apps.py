@@ -12,7 +12,7 @@ class SeckillConfig(AppConfig):
         from core.safety import deploy_safety_check
         from seckill.purchase import authentication  # noqa: F401 - connects the shared token cache's signals
         from seckill.sale import anomalies
-        from seckill.sale.selectors import activity_shards
+        from seckill.sale.snapshot import activity_shards
         from stock.layout import shards_lookup_register
 
         shards_lookup_register(activity_shards)

@@ -17,7 +17,7 @@ from prometheus_client.registry import REGISTRY, Collector
 
 from core.memory import ProcessMemory, register_reset
 from core.metrics import PURCHASES
-from seckill.sale.selectors import live_activities
+from seckill.sale.snapshot import live_activities
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

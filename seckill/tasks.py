@@ -20,7 +20,8 @@ from seckill.sale.activities import activity_token_ensure
 from seckill.sale.lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.replay import reservations_drain, reservations_replay
-from seckill.sale.selectors import activity_shards, live_activities, redis_remaining
+from seckill.sale.selectors import redis_remaining
+from seckill.sale.snapshot import activity_shards, live_activities
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_backlog

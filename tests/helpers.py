@@ -38,10 +38,10 @@ def gate_window_room(period_s: int, *, at_least_s: float = 60) -> None:
     """Wait (with a deadline) until the shopper gate's current fixed window of ``period_s``
     has ``at_least_s`` left on Redis's clock, the one the gate script reads: a test that
     counts up to a limit must not cross into the next window, where the count starts again."""
-    from seckill.sale.selectors import gate_redis
+    from stock.redis_client import cache_redis
 
     def room_left() -> bool:
-        seconds, micros = gate_redis().time()
+        seconds, micros = cache_redis().time()
         left_ms = period_s * 1000 - (seconds * 1000 + micros // 1000) % (period_s * 1000)
         return left_ms > at_least_s * 1000
 

@@ -27,6 +27,7 @@ from seckill.purchase.gates import (
     traffic_limits_check,
 )
 from seckill.purchase.reserve import purchase_reserve
+from seckill.purchase.result import purchase_result
 from seckill.purchase.serializers import (
     ActivitySerializer,
     CaptchaSerializer,
@@ -38,7 +39,8 @@ from seckill.purchase.serializers import (
 from seckill.room.room import room_ticket_consume
 from seckill.sale.listing import PageNotFound, activities_page, page_number_parse
 from seckill.sale.pages import page_flag
-from seckill.sale.selectors import ActivitySnapshot, activity_snapshot, purchase_result, units_left_many
+from seckill.sale.selectors import units_left_many
+from seckill.sale.snapshot import ActivitySnapshot, activity_snapshot
 
 NO_STORE = {"Cache-Control": "no-store, max-age=0"}
 _ERR = OpenApiResponse(ErrorSerializer)

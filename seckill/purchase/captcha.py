@@ -19,8 +19,8 @@ from django.conf import settings
 from django.utils.translation import gettext as _
 
 from core.errors import busy
-from seckill.sale.selectors import gate_redis
 from stock.keys import ActivityKeys
+from stock.redis_client import cache_redis
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def captcha_issue(*, activity_id: int, user_id: int) -> dict:
     challenge_id = secrets.token_urlsafe(18)
     ttl = settings.SECKILL_CAPTCHA_TTL
     try:
-        gate_redis().set(ActivityKeys(activity_id).captcha(challenge_id), f"{user_id}:{a + b}", ex=ttl)
+        cache_redis().set(ActivityKeys(activity_id).captcha(challenge_id), f"{user_id}:{a + b}", ex=ttl)
     except redis.RedisError as exc:
         logger.warning("captcha of activity %s not issued, Redis unavailable: %s", activity_id, exc)
         raise busy(_AWAY) from exc
@@ -47,7 +47,7 @@ def captcha_consume(*, activity_id: int, user_id: int, challenge_id: str, answer
     with the same challenge cannot both succeed.
     """
     try:
-        stored = gate_redis().getdel(ActivityKeys(activity_id).captcha(challenge_id))
+        stored = cache_redis().getdel(ActivityKeys(activity_id).captcha(challenge_id))
     except redis.RedisError as exc:
         logger.warning("captcha of activity %s not checked, Redis unavailable: %s", activity_id, exc)
         raise busy(_AWAY) from exc

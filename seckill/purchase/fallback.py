@@ -38,7 +38,7 @@ from inventory.services import InsufficientStock
 from orders.models import DB_PATH_PREFIX, Order
 from orders.services import OrderDuplicate, order_create_direct
 from seckill.models import Activity
-from seckill.sale.selectors import ActivitySnapshot, live_activities
+from seckill.sale.snapshot import ActivitySnapshot, live_activities
 from stock.handover import released_units_hand_over
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis

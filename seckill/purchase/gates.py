@@ -26,21 +26,14 @@ from seckill.models import Activity
 from seckill.purchase.authentication import token_known, token_lookup, token_shopper, token_shopper_of_reply
 from seckill.purchase.captcha import captcha_consume
 from seckill.purchase.limited import limited_for, limited_remember
+from seckill.purchase.shoppers import blacklist, blacklist_remembered, shopper_facts
 from seckill.purchase.took_part import took_part_known, took_part_refusal
 from seckill.room.room import room_ticket_check
 from seckill.sale.activities import activity_token_ensure
-from seckill.sale.selectors import (
-    ActivitySnapshot,
-    activity_snapshot,
-    activity_snapshot_remembered,
-    blacklist,
-    blacklist_remembered,
-    gate_redis,
-    shopper_facts,
-)
+from seckill.sale.snapshot import ActivitySnapshot, activity_snapshot, activity_snapshot_remembered
 from seckill.sale.soldout import sold_out_known
 from stock.breaker import redis_away, redis_breaker
-from stock.redis_client import stock_redis
+from stock.redis_client import cache_redis, stock_redis
 from stock.scripts import GATE_OVER_ADDRESS, GATE_OVER_USER, GateReply, RateLimit, run_admission, run_shopper_gate
 
 logger = logging.getLogger(__name__)
@@ -306,7 +299,7 @@ def _gate_call(
         return None
     try:
         return run_shopper_gate(
-            gate_redis(),
+            cache_redis(),
             lookup=token_lookup(token, failures) if token else None,
             user_id=user_id,
             count=count,

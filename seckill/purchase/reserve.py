@@ -13,9 +13,7 @@ from core.loop_bridge import on_loop
 from seckill.purchase.fallback import Reserved, purchase_fallback, reserve_participants_sync
 from seckill.purchase.took_part import took_part_refusal, took_part_remember
 from seckill.sale.claims import claim_pending_settle
-from seckill.sale.selectors import (
-    ActivitySnapshot,
-)
+from seckill.sale.snapshot import ActivitySnapshot
 from seckill.sale.soldout import sold_out_note, sold_out_remember
 from stock.breaker import redis_breaker
 from stock.handover import reserve_hand_over

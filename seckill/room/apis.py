@@ -19,7 +19,7 @@ from seckill.purchase.apis import NO_STORE, error_json, snapshot_or_404
 from seckill.purchase.gates import TrafficLimits, client_ip, rate_parse, traffic_limits_check
 from seckill.purchase.serializers import ErrorSerializer
 from seckill.room.room import estimate_seconds, room_draw, room_join, room_status, room_ticket_issue, status_bytes
-from seckill.sale.selectors import ActivitySnapshot
+from seckill.sale.snapshot import ActivitySnapshot
 from stock.scripts import RateLimit
 
 _ERR = OpenApiResponse(ErrorSerializer)

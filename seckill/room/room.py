@@ -35,7 +35,7 @@ from django.utils import timezone
 from core.errors import ApiError, busy
 from core.memory import ProcessMemory
 from seckill.models import Activity, AdmissionMode
-from seckill.sale.selectors import ActivitySnapshot
+from seckill.sale.snapshot import ActivitySnapshot
 from stock.breaker import redis_away
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
@@ -351,7 +351,7 @@ def room_ticks(now: datetime | None = None) -> dict[int, int]:
     """Beat, every second: tick every live waiting room (one Lua call each), so the room
     lets shoppers in and closes at the sell-out with nobody polling; make the draw of a
     room that has started without one. Returns activity id -> now serving."""
-    from seckill.sale.selectors import activity_snapshot, live_activities
+    from seckill.sale.snapshot import activity_snapshot, live_activities
 
     live = (
         live_activities(now)
@@ -528,7 +528,7 @@ def room_pause(activity_id: int, *, paused: bool) -> None:
 def room_figures(activity: Activity) -> dict:
     """The admin's figures: waiting, admitted, bought, no-shows, closed at, the seed."""
     from orders.models import Order
-    from seckill.sale.selectors import activity_snapshot
+    from seckill.sale.snapshot import activity_snapshot
 
     snapshot = activity_snapshot(activity.pk)
     figures: dict[str, object] = {"mode": activity.admission_mode}

@@ -15,14 +15,9 @@ from inventory.models import Product, SeckillStock
 from inventory.services import stock_create, stock_set_total
 from orders.models import Order
 from seckill.models import Activity, default_db_reserve
+from seckill.purchase.shoppers import blacklist_forget, shopper_facts_forget
 from seckill.sale.lifecycle import _activity_relayout_logged, activity_start_schedule
-from seckill.sale.selectors import (
-    ActivitySnapshot,
-    activity_snapshot_forget,
-    activity_snapshot_forget_local,
-    blacklist_forget,
-    shopper_facts_forget,
-)
+from seckill.sale.snapshot import ActivitySnapshot, activity_snapshot_forget, activity_snapshot_forget_local
 
 
 def activity_create(

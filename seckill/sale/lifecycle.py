@@ -17,10 +17,7 @@ from orders.services import orders_units_return
 from seckill.models import Activity
 from seckill.sale.reconciliation import Measurement, reconcile, reconciliation_measure
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import (
-    activity_snapshot_fill,
-    activity_snapshot_forget,
-)
+from seckill.sale.snapshot import activity_snapshot_fill, activity_snapshot_forget
 from stock.identity import identity_differences, new_epoch, stock_identity, volatile_reasons
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout

@@ -17,7 +17,8 @@ from django.utils.translation import pgettext
 from core.memory import ProcessMemory, shallow_size
 from seckill.models import Activity
 from seckill.sale.activities import activity_flag
-from seckill.sale.selectors import ActivitySnapshot, units_left_many
+from seckill.sale.selectors import units_left_many
+from seckill.sale.snapshot import ActivitySnapshot
 from seckill.sale.soldout import sold_out_known
 
 

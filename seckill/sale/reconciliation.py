@@ -48,7 +48,7 @@ from orders.services import (
 from seckill.models import Activity
 from seckill.sale.claims import claims_pending_settle
 from seckill.sale.replay import reservations_replay
-from seckill.sale.selectors import activity_shards
+from seckill.sale.snapshot import activity_shards
 from stock.handover import released_units_hand_over, reserve_hand_over
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout

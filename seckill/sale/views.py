@@ -28,7 +28,7 @@ from seckill.models import Activity
 from seckill.purchase.serializers import ErrorSerializer
 from seckill.sale.listing import PageNotFound, activities_page, card_state, page_number_parse
 from seckill.sale.pages import activity_page_render, page_flag
-from seckill.sale.selectors import activity_snapshot
+from seckill.sale.snapshot import activity_snapshot
 from seckill.throttles import signup_throttle
 
 NO_STORE = "no-store, max-age=0"

@@ -14,7 +14,8 @@ from rest_framework.test import APIClient
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
 from seckill.purchase.captcha import captcha_consume, captcha_issue
 from seckill.sale.activities import activity_token_ensure, blacklist_entry_save, shopper_profile_save
-from seckill.sale.selectors import activity_snapshot_forget, redis_remaining
+from seckill.sale.selectors import redis_remaining
+from seckill.sale.snapshot import activity_snapshot_forget
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
@@ -247,7 +248,7 @@ def test_rate_limit_answers_before_blacklist_and_blacklist_before_eligibility_an
     assert buy(client, activity).json()["code"] == "rate_limited"
     BlacklistEntry.objects.all().delete()
     gated(activity, rate_per_user="off")
-    from seckill.sale.selectors import blacklist_forget
+    from seckill.purchase.shoppers import blacklist_forget
 
     blacklist_forget()
     assert buy(client, activity).json()["code"] == "not_eligible"

@@ -8,8 +8,9 @@ from django.db import connection
 
 from seckill.models import Activity
 from seckill.sale.activities import activity_token_ensure
-from seckill.sale.selectors import activity_snapshot, activity_snapshot_forget, gate_redis
+from seckill.sale.snapshot import activity_snapshot, activity_snapshot_forget
 from stock.keys import ActivityKeys
+from stock.redis_client import cache_redis
 
 from ..factories import make_activity, make_users
 from ..helpers import http, purchase, wait_until
@@ -62,9 +63,9 @@ def test_500_concurrent_purchases_for_an_uncached_activity_make_one_query(busy_s
     # The server caches the activity (and the highest id, which answers for made-up ids
     # above it); then the activity's copies are dropped, as any change to it does.
     assert http(base, "GET", f"/api/activities/{activity.pk}/flag")[0] == 200
-    assert gate_redis().get(ActivityKeys(activity.pk).snapshot) is not None
+    assert cache_redis().get(ActivityKeys(activity.pk).snapshot) is not None
     activity_snapshot_forget(activity.pk)
-    assert gate_redis().get(ActivityKeys(activity.pk).snapshot) is None
+    assert cache_redis().get(ActivityKeys(activity.pk).snapshot) is None
     before = settled_reads()
 
     statuses = concurrently(
@@ -107,7 +108,7 @@ def test_200_concurrent_first_purchases_at_the_start_create_the_token_once(busy_
     keys = keys_of(users)
     concurrently([(lambda k=keys[u.pk]: http(base, "GET", "/api/orders/", key=k)[0]) for u in users], threads=64)
     generation = ActivityKeys(activity.pk).snapshot_gen
-    generation_before = int(gate_redis().get(generation) or 0)
+    generation_before = int(cache_redis().get(generation) or 0)
     before = settled_reads()
 
     def first_purchase(key: str) -> int:
@@ -120,7 +121,7 @@ def test_200_concurrent_first_purchases_at_the_start_create_the_token_once(busy_
     assert statuses == [202] * 200
     assert Activity.objects.get(pk=activity.pk).purchase_token is not None
     queries = settled_reads() - before
-    drops = int(gate_redis().get(generation) or 0) - generation_before
+    drops = int(cache_redis().get(generation) or 0) - generation_before
     print(f"200 first purchases (flag + purchase) at the start: {queries} activity queries, {drops} cache drops")
     # One UPDATE wrote the token, and only it dropped the cached copies.
     assert drops == 1

@@ -16,7 +16,7 @@ from schemathesis.checks import not_a_server_error
 
 from seckill.models import Activity
 from seckill.sale.activities import activity_token_ensure
-from seckill.sale.selectors import activity_snapshot_forget
+from seckill.sale.snapshot import activity_snapshot_forget
 
 from ..factories import make_activity, make_users, token_of
 

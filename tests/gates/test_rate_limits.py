@@ -8,7 +8,8 @@ import pytest
 from orders.models import Order
 from seckill.models import Activity
 from seckill.sale.activities import activity_token_ensure
-from seckill.sale.selectors import activity_snapshot_forget, redis_remaining
+from seckill.sale.selectors import redis_remaining
+from seckill.sale.snapshot import activity_snapshot_forget
 
 from ..factories import make_activity, make_users
 from ..helpers import calls_since, purchase, redis_calls

@@ -11,9 +11,8 @@ from seckill.apps import rates_check
 from seckill.purchase.authentication import SHARED_PREFIX, token_cache_clear, token_shared_fill
 from seckill.purchase.gates import rate_parse
 from seckill.sale.activities import activity_token_ensure
-from seckill.sale.selectors import gate_redis
 from stock.keys import ActivityKeys
-from stock.redis_client import stock_redis
+from stock.redis_client import cache_redis, stock_redis
 
 from ..factories import make_activity, make_users, token_of
 
@@ -74,7 +73,7 @@ def test_a_token_missing_from_the_shared_cache_is_read_there_once(redis_calls):
     assert _buy(key, activity, {"token": token}).status_code == 202
     # Gate (lookup: miss), gate (count), stock script.
     assert redis_calls == ["EVALSHA", "EVALSHA", "EVALSHA"], redis_calls
-    assert gate_redis().keys(f"{SHARED_PREFIX}*")  # written for the next process
+    assert cache_redis().keys(f"{SHARED_PREFIX}*")  # written for the next process
 
 
 @override_settings(SECKILL_RATE_PER_USER="2/h")
@@ -99,7 +98,7 @@ def test_an_unknown_token_is_401_before_anything_else_and_counts_nothing():
     response = _buy("f" * 40, activity, {"token": "x", "quantity": 0})  # bad body and bad token too
     assert response.status_code == 401
     assert response.json()["code"] == "authentication_failed"
-    assert gate_redis().keys("seckill:rl:*") == []
+    assert cache_redis().keys("seckill:rl:*") == []
     assert stock_redis().get(ActivityKeys(activity.pk).stock) == b"5"
 
 

@@ -27,7 +27,8 @@ from orders.tasks import orders_expire_overdue_task
 from seckill.purchase.reserve import Reserved, purchase_reserve
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.reconciliation import reconcile
-from seckill.sale.selectors import activity_snapshot, redis_remaining
+from seckill.sale.selectors import redis_remaining
+from seckill.sale.snapshot import activity_snapshot
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

@@ -113,7 +113,7 @@ def test_a_reservation_the_guard_refused_stays_refused_when_a_cancel_frees_a_uni
 
     assert not Order.objects.filter(activity=activity, user=late).exists()
     assert ReleasedReservation.objects.filter(activity=activity, reservation_id=entry.reservation_id).exists()
-    from seckill.sale.selectors import purchase_result
+    from seckill.purchase.result import purchase_result
 
     assert purchase_result(activity_id=activity.pk, user_id=late.pk)[0] == "failed"
     assert SeckillStock.objects.get(activity=activity).available == 1

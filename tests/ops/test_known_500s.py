@@ -10,7 +10,7 @@ from django.test import Client, override_settings
 
 from seckill.models import Activity
 from seckill.sale.activities import activity_token_ensure
-from seckill.sale.selectors import activity_snapshot_forget
+from seckill.sale.snapshot import activity_snapshot_forget
 from server.handlers import StackDispatcher
 
 from ..factories import make_activity, make_users, token_of

@@ -16,7 +16,8 @@ from orders.models import DB_PATH_PREFIX, Order
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import activity_snapshot, redis_remaining
+from seckill.sale.selectors import redis_remaining
+from seckill.sale.snapshot import activity_snapshot
 from stock.breaker import CircuitBreaker, redis_breaker
 from stock.redis_client import reset_stock_redis
 

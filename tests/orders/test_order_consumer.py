@@ -26,10 +26,12 @@ from orders.services import order_cancel, order_number, orders_create_from_reser
 from orders.tasks import order_create_task
 from seckill.models import Activity
 from seckill.purchase.reserve import purchase_reserve
+from seckill.purchase.result import purchase_result
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.replay import reservations_replay
-from seckill.sale.selectors import activity_snapshot, purchase_result, redis_remaining
+from seckill.sale.selectors import redis_remaining
+from seckill.sale.snapshot import activity_snapshot
 from seckill.tasks import reservations_drain_task, reservations_replay_task
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis

@@ -13,7 +13,7 @@ from orders.services import order_cancel
 from orders.simulated import checkout_complete
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import activity_snapshot
+from seckill.sale.snapshot import activity_snapshot
 from tests.factories import ProductFactory, UserFactory, make_activity
 
 from .addresses import give_address

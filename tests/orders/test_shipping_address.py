@@ -14,7 +14,7 @@ from orders.models import Order, Payment, ShippingAddress
 from orders.simulated import checkout_complete
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import activity_snapshot
+from seckill.sale.snapshot import activity_snapshot
 from tests.factories import UserFactory, make_activity
 
 from .addresses import ADDRESS, give_address

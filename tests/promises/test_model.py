@@ -27,11 +27,12 @@ from orders.models import DB_PATH_PREFIX, Order, ReleasedReservation
 from orders.services import order_cancel, order_pay, orders_expire_overdue
 from seckill.models import Activity
 from seckill.purchase.fallback import purchase_fallback, reserve_participants_sync
+from seckill.purchase.result import purchase_result
 from seckill.sale.activities import ActivityChangeRefused, activity_save
 from seckill.sale.lifecycle import WarmupError, activity_identity_check, activity_warmup
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.replay import reservations_drain, reservations_replay
-from seckill.sale.selectors import activity_snapshot, purchase_result
+from seckill.sale.snapshot import activity_snapshot
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import ScriptCode

@@ -6,8 +6,8 @@ from django.db.models import F
 
 from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order
+from seckill.purchase.result import purchase_result
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import purchase_result
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import ScriptCode

@@ -14,7 +14,8 @@ from seckill.purchase.fallback import purchase_fallback
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import activity_snapshot, redis_remaining, units_left_many
+from seckill.sale.selectors import redis_remaining, units_left_many
+from seckill.sale.snapshot import activity_snapshot
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

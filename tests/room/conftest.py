@@ -3,7 +3,7 @@
 import pytest
 
 from seckill.models import Activity
-from seckill.sale.selectors import activity_snapshot, activity_snapshot_forget
+from seckill.sale.snapshot import activity_snapshot, activity_snapshot_forget
 
 from ..factories import make_activity
 

@@ -170,7 +170,7 @@ def test_hostile_input_is_a_clear_4xx():
 
 
 def test_an_ended_room_keeps_its_seed_and_writes_nothing_to_redis():
-    from seckill.sale.selectors import activity_snapshot_forget
+    from seckill.sale.snapshot import activity_snapshot_forget
 
     activity = room_sale(stock=5)
     (u,) = make_users(1, prefix="ended")

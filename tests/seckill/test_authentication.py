@@ -20,9 +20,8 @@ from seckill.purchase.authentication import (
     token_shopper,
 )
 from seckill.sale.activities import activity_token_ensure
-from seckill.sale.selectors import gate_redis
 from stock.keys import ActivityKeys
-from stock.redis_client import stock_redis
+from stock.redis_client import cache_redis, stock_redis
 
 from ..factories import make_activity, make_users, token_of
 
@@ -130,7 +129,7 @@ def test_a_new_token_is_shared_at_creation_and_needs_no_query_in_another_process
     with django_capture_on_commit_callbacks(execute=True):  # written after the commit
         token = Token.objects.create(user=user)
     activity = make_activity(stock=1)
-    stored = gate_redis().keys(f"{SHARED_PREFIX}*")
+    stored = cache_redis().keys(f"{SHARED_PREFIX}*")
     assert len(stored) == 1
     assert token.key.encode() not in stored[0]  # a digest of the credential, not the credential
     with django_assert_max_num_queries(3) as queries:
@@ -162,7 +161,7 @@ def test_a_deleted_token_or_an_inactive_user_is_refused_at_once_despite_the_shar
         users[1].is_active = False
         users[1].save()
     assert [_result_as(k, activity) for k in keys] == [401, 401]
-    assert gate_redis().keys(f"{SHARED_PREFIX}*") == []
+    assert cache_redis().keys(f"{SHARED_PREFIX}*") == []
 
 
 def test_the_shoppers_this_process_remembers_are_out_of_the_garbage_collectors_sight():

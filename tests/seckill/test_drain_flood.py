@@ -14,7 +14,7 @@ import pytest
 
 from orders.models import Order
 from seckill.purchase.reserve import purchase_reserve
-from seckill.sale.selectors import activity_snapshot
+from seckill.sale.snapshot import activity_snapshot
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 

@@ -16,11 +16,12 @@ from rest_framework.test import APIClient
 
 from orders.models import Order
 from seckill.purchase.reserve import purchase_reserve
+from seckill.purchase.result import purchase_result
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.lifecycle import activity_warmup
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.replay import reservations_replay
-from seckill.sale.selectors import activity_snapshot, purchase_result
+from seckill.sale.snapshot import activity_snapshot
 from stock.keys import USER_PARTITIONS, ActivityKeys, claim_pending, claim_value
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending

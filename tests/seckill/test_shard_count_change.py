@@ -11,7 +11,8 @@ from django.utils import timezone
 from seckill.models import Activity
 from seckill.sale.activities import ActivityChangeRefused, activity_save
 from seckill.sale.lifecycle import activity_warmup
-from seckill.sale.selectors import activity_snapshot_forget, redis_remaining
+from seckill.sale.selectors import redis_remaining
+from seckill.sale.snapshot import activity_snapshot_forget
 from stock.keys import USER_PARTITIONS, ActivityKeys
 from stock.redis_client import stock_redis
 from stock.scripts import ScriptCode

@@ -15,10 +15,11 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock
 from orders.models import Order
 from orders.services import order_cancel, orders_create_from_reservations
+from seckill.purchase.result import purchase_result
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.lifecycle import activity_keys_remove, activity_warmup
 from seckill.sale.replay import reservations_replay
-from seckill.sale.selectors import purchase_result, redis_remaining, units_left_many
+from seckill.sale.selectors import redis_remaining, units_left_many
 from stock.keys import USER_PARTITIONS, ActivityKeys, claim_value
 from stock.layout import StockLayout
 from stock.redis_client import stock_redis

@@ -19,9 +19,8 @@ from rest_framework.test import APIClient
 
 from seckill.purchase.authentication import token_cache_clear, token_shared_key
 from seckill.sale.activities import activity_token_ensure
-from seckill.sale.selectors import gate_redis
 from stock.keys import ActivityKeys
-from stock.redis_client import stock_redis
+from stock.redis_client import cache_redis, stock_redis
 
 from ..factories import make_activity, make_users, token_of
 from ..helpers import BASE_DIR, gate_window_room, subprocess_env
@@ -132,14 +131,14 @@ def test_every_real_token_passes_the_filter_after_a_fill_and_right_after_creatio
     assert done.returncode == 0, done.stderr
     key = done.stdout.strip().splitlines()[-1]
     token_cache_clear()
-    gate_redis().delete(token_shared_key(key))  # the filter alone decides: no shared entry to find
+    cache_redis().delete(token_shared_key(key))  # the filter alone decides: no shared entry to find
     assert _client(key).get(f"/api/activities/{activity.pk}/result").status_code == 200
     # And one created here, after a fill.
     user = get_user_model().objects.create(username="here")
     with django_capture_on_commit_callbacks(execute=True):
         created = Token.objects.create(user=user)
     token_cache_clear()
-    gate_redis().delete(token_shared_key(created.key))
+    cache_redis().delete(token_shared_key(created.key))
     assert _client(created.key).get(f"/api/activities/{activity.pk}/result").status_code == 200
 
 
@@ -155,13 +154,13 @@ def test_a_forged_token_cache_entry_logs_nobody_in():
     # Someone with write access to the cache Redis names the victim for a made-up token,
     # in the entry's plain form and with a made-up signature.
     for entry in (f"{victim.pk}:{victim.username}", f"{victim.pk}:{victim.username}:{'0' * 32}"):
-        gate_redis().set(token_shared_key(made_up), entry)
+        cache_redis().set(token_shared_key(made_up), entry)
         token_cache_clear()
         assert _buy(made_up, activity, token).status_code == 401
         token_cache_clear()
         assert _client(made_up).get(f"/api/activities/{activity.pk}/result").status_code == 401
     # ... or points a real shopper's token at the victim: the shopper stays the shopper.
-    gate_redis().set(token_shared_key(token_of(shopper)), f"{victim.pk}:{victim.username}")
+    cache_redis().set(token_shared_key(token_of(shopper)), f"{victim.pk}:{victim.username}")
     token_cache_clear()
     assert _buy(token_of(shopper), activity, token).status_code == 202
     assert stock_redis().hkeys(ActivityKeys(activity.pk).users) == [str(shopper.pk).encode()]
@@ -173,8 +172,8 @@ def test_sessions_are_stored_as_json_not_pickle():
     client.force_login(user)
     activity = make_activity(stock=1)
     assert client.get(f"/api/activities/{activity.pk}/result").status_code == 200
-    names = gate_redis().keys("*sessions*")
-    assert names, gate_redis().keys("*")
+    names = cache_redis().keys("*sessions*")
+    assert names, cache_redis().keys("*")
     for name in names:
-        stored = json.loads(gate_redis().get(name))  # pickle would not parse
+        stored = json.loads(cache_redis().get(name))  # pickle would not parse
         assert stored["_auth_user_id"] == str(user.pk)

@@ -19,7 +19,7 @@ from seckill.models import Activity
 from seckill.purchase.gates import known_shopper, purchase_admit, purchase_early_refusal
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import activity_snapshot, activity_snapshot_forget
+from seckill.sale.snapshot import activity_snapshot, activity_snapshot_forget
 from seckill.sale.soldout import sold_out_forget
 from server.handlers import StackDispatcher
 from stock.keys import ActivityKeys

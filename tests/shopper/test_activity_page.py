@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from seckill.models import Activity
-from seckill.sale.selectors import activity_snapshot_forget
+from seckill.sale.snapshot import activity_snapshot_forget
 from tests.factories import UserFactory, make_activity
 
 pytestmark = pytest.mark.django_db
@@ -221,7 +221,7 @@ def sell(activity, n: int) -> list:
     from orders.models import Order
     from seckill.purchase.reserve import purchase_reserve
     from seckill.sale.replay import reservations_drain
-    from seckill.sale.selectors import activity_snapshot
+    from seckill.sale.snapshot import activity_snapshot
 
     buyers = [UserFactory() for _ in range(n)]
     for buyer in buyers:

@@ -16,7 +16,8 @@ from orders.services import order_cancel
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.activities import activity_save
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import activity_snapshot, redis_remaining
+from seckill.sale.selectors import redis_remaining
+from seckill.sale.snapshot import activity_snapshot
 from tests.factories import ProductFactory, UserFactory, make_activity
 from tests.helpers import start_gunicorn, wait_until
 from tests.orders.addresses import give_address

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from orders.models import Order, ShippingAddress
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import activity_snapshot
+from seckill.sale.snapshot import activity_snapshot
 from tests.factories import ProductFactory, UserFactory, make_activity
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,8 @@ from orders.services import order_cancel
 from orders.simulated import SIGNATURE_HEADER, notification_build, notification_sign
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.replay import reservations_drain
-from seckill.sale.selectors import activity_snapshot, redis_remaining
+from seckill.sale.selectors import redis_remaining
+from seckill.sale.snapshot import activity_snapshot
 from tests.factories import UserFactory, make_activity
 from tests.orders.addresses import give_address
 

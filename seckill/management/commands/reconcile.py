@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from seckill.models import Activity
 from seckill.sale.reconciliation import reconcile
-from seckill.sale.selectors import live_activities
+from seckill.sale.snapshot import live_activities
 
 
 class Command(BaseCommand):
