@@ -1,8 +1,8 @@
 """Bench-only API views (mounted by SECKILL_BENCH_VIEWS under /api/bench/, so that a
 token-authenticated call takes the same short middleware chain as the real purchase)."""
 
+from core.api_errors import error_json, plain_json
 from core.errors import ApiError
-from seckill.purchase.apis import error_json, plain_json
 from seckill.purchase.gates import token_purchase_admit
 
 from .naive import naive_purchase

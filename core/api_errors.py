@@ -1,10 +1,11 @@
 """Every API error as ``{"code": "<snake_case>", "detail": "<sentence>"}``."""
 
-from django.http import Http404
-from rest_framework import exceptions
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
 from core.errors import ApiError, api_error_of
+from core.log_filters import expected_rejection_unlogged
 
 _CODES = {
     exceptions.NotAuthenticated: "not_authenticated",
@@ -46,3 +47,30 @@ def exception_handler(exc, context):
     if getattr(exc, "wait", None) is not None:
         headers["Retry-After"] = str(int(exc.wait))
     return Response(body, status=exc.status_code, headers=headers)
+
+
+# Answers that must never be stored by a browser or a cache (the flag, the result).
+NO_STORE = {"Cache-Control": "no-store, max-age=0"}
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error's body, for the OpenAPI schema."""
+
+    code = serializers.CharField()
+    detail = serializers.CharField()
+
+
+def plain_json(body: dict, *, status: int) -> JsonResponse:
+    """What a DRF Response would answer, without DRF."""
+    response = JsonResponse(body, status=status)
+    # As on a DRF Response (JsonResponse has no such attribute): the purchase metrics read the code from it.
+    response.data = body  # type: ignore[attr-defined]
+    return response
+
+
+def error_json(exc: ApiError) -> JsonResponse:
+    """The same body and headers as the DRF exception handler, without DRF."""
+    response = plain_json({"code": exc.code, "detail": exc.detail}, status=exc.status)
+    for name, value in exc.headers().items():
+        response[name] = value
+    return expected_rejection_unlogged(response)

@@ -128,7 +128,7 @@ class Activity(models.Model):
     captcha_required = models.BooleanField(
         _("captcha required"), default=False, help_text=_("Each purchase must carry a one-time captcha answer.")
     )
-    # The waiting room (seckill.room.room): "direct" is the purchase path as it always was.
+    # The waiting room (seckill.room): "direct" is the purchase path as it always was.
     admission_mode = models.CharField(
         _("admission"),
         max_length=8,

@@ -15,7 +15,7 @@ from core.task_policy import RESERVATION_TASK_OPTIONS
 from seckill.models import Activity
 from seckill.purchase.authentication import token_shared_fill_due
 from seckill.purchase.fallback import reserve_participants_sync
-from seckill.room.room import room_ticks
+from seckill.room.status import room_ticks
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup
 from seckill.sale.reconciliation import reconcile

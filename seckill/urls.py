@@ -8,14 +8,15 @@ from django.urls import path, register_converter
 from seckill.purchase import apis
 from seckill.room import apis as room_apis
 from seckill.room import views as room_views
+from seckill.sale import apis as sale_apis
 from seckill.sale import views
 
 # The purchase first: the flood's endpoint is found without trying the others' patterns.
 api_urlpatterns = [
     path("activities/<int:activity_id>/purchase", apis.purchase, name="activity-purchase"),
-    path("activities/", apis.ActivityListApi.as_view(), name="activity-list"),
-    path("activities/<int:activity_id>/", apis.ActivityDetailApi.as_view(), name="activity-detail"),
-    path("activities/<int:activity_id>/flag", apis.FlagApi.as_view(), name="activity-flag"),
+    path("activities/", sale_apis.ActivityListApi.as_view(), name="activity-list"),
+    path("activities/<int:activity_id>/", sale_apis.ActivityDetailApi.as_view(), name="activity-detail"),
+    path("activities/<int:activity_id>/flag", sale_apis.FlagApi.as_view(), name="activity-flag"),
     path("activities/<int:activity_id>/result", apis.ResultApi.as_view(), name="activity-result"),
     path("activities/<int:activity_id>/captcha", apis.CaptchaApi.as_view(), name="activity-captcha"),
     path("me", views.me, name="me"),

@@ -153,7 +153,7 @@ class ActivityKeys:
         """One captcha challenge: "<user id>:<answer>", deleted by the first attempt."""
         return f"seckill:{self.tag}:captcha:{challenge_id}"
 
-    # --- the waiting room (seckill.room.room, lua/room_*.lua) ----------------------------
+    # --- the waiting room (seckill.room, lua/room_*.lua) ----------------------------
 
     @property
     def room_state(self) -> str:

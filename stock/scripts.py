@@ -516,7 +516,7 @@ def warmup_shares(total: int, shards: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(shards)]
 
 
-# --- the waiting room (seckill.room.room) -----------------------------------------------------
+# --- the waiting room (seckill.room) -----------------------------------------------------
 
 ROOM_JOIN = _load("room_join")
 ROOM_SEAL = _load("room_seal")

@@ -20,7 +20,8 @@ from orders.models import AnomalyOrder, Order, ReconciliationReport
 from orders.selectors import activities_visible_to, sales_visible_filter, sees_every_sale
 from seckill.admin.dashboard import SaleStatus, live_figures, sale_status, sale_statuses
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
-from seckill.room.room import room_figures, room_pause
+from seckill.room.queue import room_pause
+from seckill.room.status import room_figures
 from seckill.sale.activities import (
     SHARDS_CHANGE_LEAD,
     ActivityChangeRefused,
@@ -160,7 +161,7 @@ def _duplicate_title(title: str) -> str:
     return title if title.endswith(suffix) else (title[: 200 - len(suffix)] + suffix)
 
 
-# The waiting room's settings (seckill.room.room): each has a default.
+# The waiting room's settings (seckill.room): each has a default.
 ROOM_FIELDS = frozenset({"admission_mode", "room_prequeue_minutes", "room_rate", "room_cap", "room_window_seconds"})
 
 

@@ -1,25 +1,24 @@
-"""The JSON API of the flash sale: thin views over gates, services and selectors."""
+"""The purchase's JSON API: thin views over the gates, the reserve and the shopper's result.
+
+A token-authenticated JSON purchase (nearly the whole flood) is answered by
+``purchase_token_answer``: the server's one way into the sale (server.app) calls it, and so
+does the URL's view; a purchase by session (the shop's own page) goes to DRF's
+``PurchaseApi``, which runs the same checks (``purchase_admit``) once."""
 
 import functools
 
-from django.http import JsonResponse
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.exceptions import AuthenticationFailed
-from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
+from core.api_errors import NO_STORE, ErrorSerializer, error_json, plain_json
 from core.errors import ApiError, api_error_of
-from core.log_filters import expected_rejection_unlogged
 from orders.serializers import OrderSerializer
-from seckill.models import Activity
 from seckill.purchase.captcha import captcha_issue
 from seckill.purchase.gates import (
     Admitted,
-    activity_absent,
     activity_limits,
     known_shopper,
     purchase_admit,
@@ -28,122 +27,20 @@ from seckill.purchase.gates import (
 )
 from seckill.purchase.reserve import purchase_reserve
 from seckill.purchase.result import purchase_result
-from seckill.purchase.serializers import (
-    ActivitySerializer,
-    CaptchaSerializer,
-    ErrorSerializer,
-    FlagSerializer,
-    PurchaseQueuedSerializer,
-    PurchaseRequestSerializer,
-)
-from seckill.room.room import room_ticket_consume
-from seckill.sale.listing import PageNotFound, activities_page, page_number_parse
-from seckill.sale.pages import page_flag
-from seckill.sale.selectors import units_left_many
-from seckill.sale.snapshot import ActivitySnapshot, activity_snapshot
+from seckill.purchase.serializers import CaptchaSerializer, PurchaseQueuedSerializer, PurchaseRequestSerializer
+from seckill.room.tickets import room_ticket_consume
+from seckill.sale.apis import snapshot_or_404
 
-NO_STORE = {"Cache-Control": "no-store, max-age=0"}
 _ERR = OpenApiResponse(ErrorSerializer)
 
 
-def plain_json(body: dict, *, status: int) -> JsonResponse:
-    """What a DRF Response would answer, without DRF."""
-    response = JsonResponse(body, status=status)
-    # As on a DRF Response (JsonResponse has no such attribute): the purchase metrics read the code from it.
-    response.data = body  # type: ignore[attr-defined]
-    return response
-
-
-def error_json(exc: ApiError) -> JsonResponse:
-    """The same body and headers as the DRF exception handler, without DRF."""
-    response = plain_json({"code": exc.code, "detail": exc.detail}, status=exc.status)
-    for name, value in exc.headers().items():
-        response[name] = value
-    return expected_rejection_unlogged(response)
-
-
-def purchase_queued(admitted: Admitted) -> dict:
-    """The stock script (202, or 409/410/503 raised) for a purchase that passed the checks;
-    a waiting room's ticket is used for good once it has reserved."""
+def purchase_reserve_answer(admitted: Admitted) -> dict:
+    """Reserve for a purchase that passed every check — the stock script: 202's body, or
+    409/410/503 raised — and use up its waiting-room ticket once it has reserved."""
     reserved = purchase_reserve(activity=admitted.activity, user_id=admitted.user_id, quantity=admitted.body.quantity)
     if admitted.ticket_nonce is not None:
         room_ticket_consume(admitted.activity, user_id=admitted.user_id, nonce=admitted.ticket_nonce)
     return {"code": "queued", "reservation": reserved.reservation_id, "remaining": reserved.remaining}
-
-
-def snapshot_or_404(activity_id: int) -> ActivitySnapshot:
-    activity = activity_snapshot(activity_id)
-    if activity is None:
-        raise activity_absent()
-    return activity
-
-
-class ActivityListApi(APIView):
-    permission_classes = [AllowAny]
-    authentication_classes = []
-
-    """Upcoming and live sales first, newest first, then the ended ones (seckill.sale.listing),
-    in DRF's page style; ``?page=N``."""
-
-    @extend_schema(
-        operation_id="activities_list",
-        parameters=[OpenApiParameter("page", int, description="page number, from 1")],
-        responses={
-            200: inline_serializer(
-                "ActivityPage",
-                fields={
-                    "count": serializers.IntegerField(),
-                    "next": serializers.URLField(allow_null=True),
-                    "previous": serializers.URLField(allow_null=True),
-                    "results": ActivitySerializer(many=True),
-                },
-            ),
-            404: _ERR,
-        },
-    )
-    def get(self, request):
-        try:
-            page = activities_page(number=page_number_parse(request.query_params.get("page")))
-        except PageNotFound as exc:
-            raise ApiError(404, "not_found", "No such page.") from exc
-        url = request.build_absolute_uri()
-        previous = None
-        if page.has_previous:  # as DRF's PageNumberPagination: page 1 has no page parameter
-            previous = remove_query_param(url, "page")
-            if page.number > 2:
-                previous = replace_query_param(url, "page", page.number - 1)
-        results = ActivitySerializer(page.activities, many=True, context={"remaining": page.remaining}).data
-        return Response(
-            {
-                "count": page.count,
-                "next": replace_query_param(url, "page", page.number + 1) if page.has_next else None,
-                "previous": previous,
-                "results": results,
-            }
-        )
-
-
-class ActivityDetailApi(APIView):
-    permission_classes = [AllowAny]
-    authentication_classes = []
-
-    @extend_schema(responses={200: ActivitySerializer, 404: _ERR})
-    def get(self, request, activity_id: int):
-        activity = Activity.objects.select_related("product").filter(pk=snapshot_or_404(activity_id).id).first()
-        if activity is None:
-            raise activity_absent()
-        remaining = units_left_many([activity.pk])
-        return Response(ActivitySerializer(activity, context={"remaining": remaining}).data)
-
-
-class FlagApi(APIView):
-    permission_classes = [AllowAny]
-    authentication_classes = []
-
-    @extend_schema(responses={200: FlagSerializer, 404: _ERR})
-    def get(self, request, activity_id: int):
-        flag = page_flag(activity=snapshot_or_404(activity_id), now=timezone.now())
-        return Response(FlagSerializer(flag).data, headers=NO_STORE)
 
 
 class PurchaseApi(APIView):
@@ -165,7 +62,7 @@ class PurchaseApi(APIView):
             now=timezone.now(),
             identify=known_shopper(request.user.pk),  # DRF has authenticated (401 before this)
         )
-        return Response(purchase_queued(admitted), status=202)
+        return Response(purchase_reserve_answer(admitted), status=202)
 
 
 _purchase_drf = PurchaseApi.as_view()
@@ -176,7 +73,7 @@ def purchase_token_answer(request, *, activity_id: int) -> tuple[int, dict] | Ap
     refusal, the checks run once. The server's one way into the sale (server.app) and the
     URL's view both answer with it; a purchase by session goes to DRF's view."""
     try:
-        return 202, purchase_queued(token_purchase_admit(request, activity_id=activity_id))
+        return 202, purchase_reserve_answer(token_purchase_admit(request, activity_id=activity_id))
     except AuthenticationFailed as exc:
         return ApiError(401, "authentication_failed", str(exc.detail), auth_scheme="Token")
     except Exception as exc:

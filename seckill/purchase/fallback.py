@@ -36,7 +36,7 @@ from core.metrics import FALLBACK_PURCHASES
 from inventory.models import SeckillStock
 from inventory.services import InsufficientStock
 from orders.models import DB_PATH_PREFIX, Order
-from orders.services import OrderDuplicate, order_create_direct
+from orders.services.creation import OrderDuplicate, order_create_direct
 from seckill.models import Activity
 from seckill.sale.snapshot import ActivitySnapshot, live_activities
 from stock.handover import released_units_hand_over

@@ -28,9 +28,9 @@ from seckill.purchase.captcha import captcha_consume
 from seckill.purchase.limited import limited_for, limited_remember
 from seckill.purchase.shoppers import blacklist, blacklist_remembered, shopper_facts
 from seckill.purchase.took_part import took_part_known, took_part_refusal
-from seckill.room.room import room_ticket_check
+from seckill.room.tickets import room_ticket_check
 from seckill.sale.activities import activity_token_ensure
-from seckill.sale.snapshot import ActivitySnapshot, activity_snapshot, activity_snapshot_remembered
+from seckill.sale.snapshot import ActivitySnapshot, activity_absent, activity_snapshot, activity_snapshot_remembered
 from seckill.sale.soldout import sold_out_known
 from stock.breaker import redis_away, redis_breaker
 from stock.redis_client import cache_redis, stock_redis
@@ -128,10 +128,6 @@ def purchase_took_part_check(activity: ActivitySnapshot, user_id: int) -> None:
 
 # Called with the shopper's user id before the count against the limits.
 BeforeCount = Callable[[int], None]
-
-
-def activity_absent() -> ApiError:
-    return ApiError(404, "not_found", "No such activity.")
 
 
 # --- the answers that are the same for every caller ---------------------------------

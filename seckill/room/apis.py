@@ -13,12 +13,15 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api_errors import NO_STORE, ErrorSerializer, error_json
 from core.errors import api_error_of
 from core.log_filters import expected_rejection_unlogged
-from seckill.purchase.apis import NO_STORE, error_json, snapshot_or_404
 from seckill.purchase.gates import TrafficLimits, client_ip, rate_parse, traffic_limits_check
-from seckill.purchase.serializers import ErrorSerializer
-from seckill.room.room import estimate_seconds, room_draw, room_join, room_status, room_ticket_issue, status_bytes
+from seckill.room.draw import room_draw
+from seckill.room.queue import room_join
+from seckill.room.status import estimate_seconds, room_status, status_bytes
+from seckill.room.tickets import room_ticket_issue
+from seckill.sale.apis import snapshot_or_404
 from seckill.sale.snapshot import ActivitySnapshot
 from stock.scripts import RateLimit
 

@@ -2,7 +2,7 @@
 with orders.services at start-up, since orders may not import seckill."""
 
 from orders.models import AnomalyOrder
-from orders.services import AnomalyActionError, anomaly_log, anomaly_repair_register
+from orders.services.anomaly_actions import AnomalyActionError, anomaly_log, anomaly_repair_register
 from seckill.sale.lifecycle import WarmupError, activity_warmup
 from seckill.sale.reconciliation import reconcile, reconciliation_measure
 

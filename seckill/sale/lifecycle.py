@@ -13,7 +13,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from orders.models import Order
-from orders.services import orders_units_return
+from orders.services.lifecycle import orders_units_return
 from seckill.models import Activity
 from seckill.sale.reconciliation import Measurement, reconcile, reconciliation_measure
 from seckill.sale.replay import reservations_drain

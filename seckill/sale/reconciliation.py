@@ -39,12 +39,8 @@ from django.utils import timezone
 from core import metrics
 from inventory.models import SeckillStock, StockMovement
 from orders.models import DB_PATH_PREFIX, AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary
-from orders.services import (
-    anomaly_record,
-    order_deduction_repair,
-    orders_expire_overdue,
-    orders_units_return,
-)
+from orders.services.anomalies import anomaly_record, order_deduction_repair
+from orders.services.lifecycle import orders_expire_overdue, orders_units_return
 from seckill.models import Activity
 from seckill.sale.claims import claims_pending_settle
 from seckill.sale.replay import reservations_replay

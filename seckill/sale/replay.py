@@ -9,7 +9,8 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 from orders.models import AnomalyOrder
-from orders.services import anomaly_open, orders_create_from_reservations, reservation_give_up
+from orders.services.anomalies import anomaly_open
+from orders.services.creation import orders_create_from_reservations, reservation_give_up
 from stock.layout import activity_shards
 from stock.reservations import reservation_attempt, reservations_pending
 

@@ -20,6 +20,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core.errors import ApiError
 from core.memory import MISSING
 from core.shared_cache import Codec, SharedCache, SharedKeys
 from seckill.models import Activity, activity_phase
@@ -28,6 +29,12 @@ from stock.keys import ActivityKeys
 from stock.redis_client import cache_redis
 
 logger = logging.getLogger(__name__)
+
+
+def activity_absent() -> ApiError:
+    """The answer for an activity that does not exist (the same for everyone)."""
+    return ApiError(404, "not_found", "No such activity.")
+
 
 # The activities' copies and the highest id: this process's memory, then the cache Redis.
 _cache = SharedCache(
@@ -58,7 +65,7 @@ class ActivitySnapshot:
     min_member_level: int | None = None
     min_account_age_days: int | None = None
     captcha_required: bool = False
-    # The waiting room (seckill.room.room): "direct" or "room", and the room's settings.
+    # The waiting room (seckill.room): "direct" or "room", and the room's settings.
     admission_mode: str = "direct"
     room_prequeue_minutes: int = 15
     room_rate: int = 20

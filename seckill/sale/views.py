@@ -22,10 +22,10 @@ from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
+from core.api_errors import ErrorSerializer
 from inventory.models import Product
 from seckill.middleware import mark_shared
 from seckill.models import Activity
-from seckill.purchase.serializers import ErrorSerializer
 from seckill.sale.listing import PageNotFound, activities_page, card_state, page_number_parse
 from seckill.sale.pages import activity_page_render, page_flag
 from seckill.sale.snapshot import activity_snapshot

@@ -1,4 +1,4 @@
--- The waiting room: a shopper joins (seckill.room.room_join). One place per account:
+-- The waiting room: a shopper joins (seckill.room.queue.room_join). One place per account:
 -- joining again answers the same place.
 --
 -- KEYS[1] state (hash)   KEYS[2] pre (set)   KEYS[3] queue (list)   KEYS[4] places (hash)

@@ -1,5 +1,5 @@
 -- The waiting room's draw at the start: the pre-queue, in the order the caller computed
--- from the published seed (seckill.room.draw_order), becomes places 1..N; later joiners
+-- from the published seed (seckill.room.draw.draw_order), becomes places 1..N; later joiners
 -- queue behind. Refused unless the pre-queue is exactly the set the order was made of.
 --
 -- KEYS[1] state (hash)   KEYS[2] pre (set)   KEYS[3] queue (list)   KEYS[4] places (hash)

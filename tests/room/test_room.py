@@ -10,7 +10,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from seckill.models import Activity
-from seckill.room.room import draw_order, room_pause, room_status
+from seckill.room.draw import draw_order
+from seckill.room.queue import room_pause
+from seckill.room.status import room_status
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.scripts import run_release

@@ -6,7 +6,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from seckill.models import Activity
-from seckill.room.room import room_status
+from seckill.room.status import room_status
 
 from ..factories import make_users, token_of
 from ..helpers import form_data, wait_until

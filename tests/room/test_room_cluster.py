@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_join_draw_admit_buy_and_close_on_the_cluster(on_cluster):
-    from seckill.room.room import room_status
+    from seckill.room.status import room_status
 
     client = stock_redis()
     assert isinstance(client, redis.RedisCluster)

@@ -15,7 +15,8 @@ from rest_framework.test import APIClient
 from core.errors import ApiError
 from seckill.models import Activity
 from seckill.purchase.reserve import purchase_reserve
-from seckill.room.room import room_status, room_ticket_check
+from seckill.room.status import room_status
+from seckill.room.tickets import room_ticket_check
 from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis

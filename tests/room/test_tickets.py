@@ -9,7 +9,8 @@ from django.core import signing
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from seckill.room.room import TICKET_SALT, room_status
+from seckill.room.status import room_status
+from seckill.room.tickets import TICKET_SALT
 from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
@@ -147,7 +148,7 @@ def test_a_ticket_is_used_once_even_after_its_order_is_cancelled(shards):
     used, and the room counts it once. (Seen failing on the code before: after the cancel
     the ticket bought again, the room's ``used`` count stayed 1.)"""
     from orders.models import Order
-    from orders.services import order_cancel
+    from orders.services.lifecycle import order_cancel
     from seckill.sale.replay import reservations_drain
 
     activity = room_sale(stock=5, shards=shards)
