@@ -16,7 +16,7 @@ from django.contrib.auth.signals import user_login_failed
 from django.dispatch import receiver
 
 from core.throttles import Throttled, throttle_at_limit, throttle_count, throttle_page, throttled_page
-from seckill.purchase.gates import client_ip
+from seckill.purchase.limits import client_ip
 
 LOGIN_VIEWS = frozenset({"login", "admin:login"})
 PASSWORD_RESET_VIEWS = frozenset({"password_reset"})

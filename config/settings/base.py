@@ -231,7 +231,7 @@ AXES_FAILURE_LIMIT = env.int("DJANGO_LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("DJANGO_LOGIN_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_CLIENT_IP_CALLABLE = "seckill.purchase.gates.client_ip"  # the same trusted-proxy rule as the rate limits
+AXES_CLIENT_IP_CALLABLE = "seckill.purchase.limits.client_ip"  # the same trusted-proxy rule as the rate limits
 # Throttles (django-ratelimit, fixed windows in the cache Redis; docs/GATES.md): rates such
 # as "10/m" or "5/15m"; "off" disables one. The cache away: requests go on.
 RATELIMIT_ENABLE = env.bool("DJANGO_THROTTLES_ENABLED", default=True)

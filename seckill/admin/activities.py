@@ -20,6 +20,7 @@ from orders.models import AnomalyOrder, Order, ReconciliationReport
 from orders.selectors import activities_visible_to, sales_visible_filter, sees_every_sale
 from seckill.admin.dashboard import SaleStatus, live_figures, sale_status, sale_statuses
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
+from seckill.purchase.shoppers import blacklist_entries_delete, blacklist_entry_save, shopper_profile_save
 from seckill.room.queue import room_pause
 from seckill.room.status import room_figures
 from seckill.sale.activities import (
@@ -30,9 +31,6 @@ from seckill.sale.activities import (
     activity_locked_fields,
     activity_owner_set,
     activity_save,
-    blacklist_entries_delete,
-    blacklist_entry_save,
-    shopper_profile_save,
 )
 from seckill.sale.lifecycle import WarmupError, activity_stop_selling, activity_warmup
 from seckill.sale.pages import activity_page_publish

@@ -54,6 +54,7 @@ from core.loop_bridge import await_only, on_loop
 from core.loop_database import loop_database
 from core.memory import ProcessMemory
 from inventory.services import prepared_cursor
+from seckill.purchase.limits import auth_failure_limit
 from stock.breaker import redis_away
 from stock.redis_client import cache_redis
 from stock.scripts import (
@@ -443,8 +444,6 @@ def token_shopper(key: str, *, failures: RateLimit | None = None) -> TokenShoppe
 
 class CachedTokenAuthentication(TokenAuthentication):
     def authenticate(self, request):
-        from seckill.purchase.gates import auth_failure_limit  # the gates use this module: imported when called
-
         self.failures = auth_failure_limit(request)  # DRF makes one authenticator per request
         return super().authenticate(request)
 

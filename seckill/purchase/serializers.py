@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 
 class PurchaseRequestSerializer(serializers.Serializer):
-    """Documentation of the body; validation is seckill.purchase.gates.purchase_body_parse."""
+    """Documentation of the body; validation is seckill.purchase.body.purchase_body_parse."""
 
     token = serializers.CharField()
     quantity = serializers.IntegerField(required=False, default=1, min_value=1)

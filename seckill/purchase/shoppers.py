@@ -184,3 +184,24 @@ def shopper_facts_forget(user_id: int) -> None:
             logger.warning("could not drop the cached facts of shopper %s: %s", user_id, exc)
 
     transaction.on_commit(forget_now)
+
+
+# --- the staff's edits (admin) ---------------------------------------------------------
+
+
+def blacklist_entry_save(*, entry) -> None:
+    """Save a blacklist entry; web processes apply it within SECKILL_BLACKLIST_CACHE_TTL."""
+    entry.full_clean()
+    entry.save()
+    blacklist_forget()
+
+
+def blacklist_entries_delete(*, queryset) -> int:
+    deleted, _ = queryset.delete()
+    blacklist_forget()
+    return deleted
+
+
+def shopper_profile_save(*, profile) -> None:
+    profile.save()
+    shopper_facts_forget(profile.user_id)

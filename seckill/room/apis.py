@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from core.api_errors import NO_STORE, ErrorSerializer, error_json
 from core.errors import api_error_of
 from core.log_filters import expected_rejection_unlogged
-from seckill.purchase.gates import TrafficLimits, client_ip, rate_parse, traffic_limits_check
+from seckill.purchase.limits import TrafficLimits, client_ip, rate_parse, traffic_limits_check
 from seckill.room.draw import room_draw
 from seckill.room.queue import room_join
 from seckill.room.status import estimate_seconds, room_status, status_bytes

@@ -15,7 +15,6 @@ from inventory.models import Product, SeckillStock
 from inventory.services import stock_create, stock_set_total
 from orders.models import Order
 from seckill.models import Activity, default_db_reserve
-from seckill.purchase.shoppers import blacklist_forget, shopper_facts_forget
 from seckill.sale.lifecycle import _activity_relayout_logged, activity_start_schedule
 from seckill.sale.snapshot import ActivitySnapshot, activity_snapshot_forget, activity_snapshot_forget_local
 
@@ -260,25 +259,6 @@ def activity_flag(*, activity: ActivitySnapshot, now: datetime) -> dict:
         "start_at": activity.start_at,
         "end_at": activity.end_at,
     }
-
-
-# --- traffic gates: blacklist and shopper profiles (admin) ----------------------------
-def blacklist_entry_save(*, entry) -> None:
-    """Save a blacklist entry; web processes apply it within SECKILL_BLACKLIST_CACHE_TTL."""
-    entry.full_clean()
-    entry.save()
-    blacklist_forget()
-
-
-def blacklist_entries_delete(*, queryset) -> int:
-    deleted, _ = queryset.delete()
-    blacklist_forget()
-    return deleted
-
-
-def shopper_profile_save(*, profile) -> None:
-    profile.save()
-    shopper_facts_forget(profile.user_id)
 
 
 # Copied with the sale: what it sells and how (not its state, its token or its start).

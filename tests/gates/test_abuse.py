@@ -13,7 +13,8 @@ from rest_framework.test import APIClient
 
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
 from seckill.purchase.captcha import captcha_consume, captcha_issue
-from seckill.sale.activities import activity_token_ensure, blacklist_entry_save, shopper_profile_save
+from seckill.purchase.shoppers import blacklist_entry_save, shopper_profile_save
+from seckill.sale.activities import activity_token_ensure
 from seckill.sale.selectors import redis_remaining
 from seckill.sale.snapshot import activity_snapshot_forget
 from stock.keys import ActivityKeys

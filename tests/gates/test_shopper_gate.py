@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from seckill.apps import rates_check
 from seckill.purchase.authentication import SHARED_PREFIX, token_cache_clear, token_shared_fill
-from seckill.purchase.gates import rate_parse
+from seckill.purchase.limits import rate_parse
 from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import cache_redis, stock_redis

@@ -22,9 +22,10 @@ from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock
 from orders.models import DB_PATH_PREFIX, Order
-from orders.services import order_create_direct
+from orders.services.creation import order_create_direct
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
-from seckill.sale.activities import activity_token_ensure, blacklist_entry_save, shopper_profile_save
+from seckill.purchase.shoppers import blacklist_entry_save, shopper_profile_save
+from seckill.sale.activities import activity_token_ensure
 from seckill.sale.snapshot import activity_snapshot_forget
 from stock.keys import ActivityKeys
 from stock.redis_client import reset_stock_redis
