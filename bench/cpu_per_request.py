@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
         tokens_file = BASE_DIR / ".local" / "cpu-tokens.txt"
         shoppers_create(2 * n, tokens_file)
         if not args.cold_tokens:
-            from seckill.purchase.authentication import token_shared_fill
+            from seckill.purchase.token_cache import token_shared_fill
 
             token_shared_fill()  # the pre-sale step (manage.py token_cache_fill)
         tokens = tokens_file.read_text().split()

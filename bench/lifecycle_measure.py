@@ -31,7 +31,8 @@ def main() -> None:
     from django.utils import timezone
 
     from inventory.models import Product
-    from orders.services import orders_create_from_reservations, orders_expire_overdue
+    from orders.services.creation import orders_create_from_reservations
+    from orders.services.lifecycle import orders_expire_overdue
     from seckill.sale.activities import activity_create
     from seckill.sale.lifecycle import activity_close, activity_stop_selling, activity_warmup
     from seckill.sale.reconciliation import reconcile

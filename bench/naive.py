@@ -12,7 +12,7 @@ from django.db import transaction
 
 from core.errors import ApiError
 from inventory.services import InsufficientStock, Share, stock_deduct
-from orders.services import NewOrder, _insert_orders
+from orders.services.creation import NewOrder, _insert_orders
 from seckill.sale.snapshot import ActivitySnapshot
 from stock.scripts import LogEntry
 

@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
         children.append(worker)
         tokens = work / "tokens.txt"
         shoppers_create(args.shoppers, tokens)
-        from seckill.purchase.authentication import token_shared_fill, token_shared_forget
+        from seckill.purchase.token_cache import token_shared_fill, token_shared_forget
 
         token_shared_fill()  # the pre-sale step, as make bench does
         if args.cold_tokens:  # still in the token filter, as every real token is

@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
         import django
 
         django.setup()
-        from seckill.purchase.authentication import token_shared_fill
+        from seckill.purchase.token_cache import token_shared_fill
 
         from .data import activity_new, shoppers_create
 

@@ -101,7 +101,7 @@ class Bench:
         # The 202 runs' shoppers: after the retrying ones, before the warm-up's 500.
         self.pools["cached"] = tokens[self.args.soldout_shoppers : warm - 500]
         self.pools["cold"] = tokens[warm : warm + cold]
-        from seckill.purchase.authentication import token_shared_fill, token_shared_forget
+        from seckill.purchase.token_cache import token_shared_fill, token_shared_forget
 
         token_shared_fill()  # what an operator runs before a sale: manage.py token_cache_fill
         token_shared_forget(self.pools["cold"])

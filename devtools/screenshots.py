@@ -79,7 +79,8 @@ def prepare(step: str) -> dict:
 
     from orders.models import AnomalyOrder, Order
     from orders.payments import payment_start_for_shopper
-    from orders.services import address_save, order_cancel
+    from orders.services.addresses import address_save
+    from orders.services.lifecycle import order_cancel
     from orders.simulated import checkout_complete
     from seckill.management.commands.seed_demo import DEMO_PASSWORD, SHOPPERS
     from seckill.models import Activity

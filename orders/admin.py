@@ -14,23 +14,24 @@ from django.utils.safestring import mark_safe
 from inventory.admin import ReadOnlyAdmin
 
 from .charts import ACTION_WORDS, BUCKET_WORDS, activity_charts, html_table, identity_rows, report_in_words
-from .models import AnomalyOrder, Order, ReconciliationReport, address_lines
+from .models import AnomalyOrder, Order, ReconciliationReport, activity_model, address_lines
 from .selectors import (
-    activities_visible_to,
     activity_report_data,
     anomaly_evidence,
     orders_fulfilment_rows,
     orders_visible_to,
     sales_visible_filter,
+    sales_visible_to,
 )
-from .services import AnomalyActionError, anomaly_act, anomaly_actions
+from .services.anomaly_actions import AnomalyActionError, anomaly_act, anomaly_actions
 
 
 class SaleFilter(admin.RelatedFieldListFilter):
     """The "activity" filter, listing only the sales the user sees (a merchant: their own)."""
 
     def field_choices(self, field, request, model_admin):
-        return [(a.pk, str(a)) for a in activities_visible_to(user=request.user).order_by("-start_at")]
+        sales = sales_visible_to(user=request.user, sales=field.related_model)
+        return [(a.pk, str(a)) for a in sales.order_by("-start_at")]
 
 
 class SaleRowsAdmin(admin.ModelAdmin):
@@ -376,7 +377,7 @@ class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
         if not self.may_see_activity_report(request):
             raise PermissionDenied
         # Another merchant's sale answers as a missing one.
-        activity = get_object_or_404(activities_visible_to(user=request.user), pk=activity_id)
+        activity = get_object_or_404(sales_visible_to(user=request.user, sales=activity_model()), pk=activity_id)
         data = activity_report_data(activity=activity)
         context = {
             **self.admin_site.each_context(request),

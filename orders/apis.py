@@ -15,7 +15,8 @@ from .models import Order
 from .payments import PaymentError, payment_start_for_shopper
 from .selectors import address_of, order_of_shopper
 from .serializers import OrderSerializer, ShippingAddressSerializer
-from .services import OrderNotCancellable, address_save, order_cancel
+from .services.addresses import address_save
+from .services.lifecycle import OrderNotCancellable, order_cancel
 
 
 def own_order_or_404(request, order_no: str) -> Order:

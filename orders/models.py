@@ -1,5 +1,6 @@
 import re
 import unicodedata
+from typing import Any
 from urllib.parse import urljoin
 
 from django.conf import settings
@@ -23,7 +24,7 @@ class Order(models.Model):  # type: ignore[django-manager-missing]  # Payment su
 
     LIVE_STATUSES = (Status.PENDING, Status.PAID)
 
-    # Derived from the reservation (see orders.services.order_number), so a replay can
+    # Derived from the reservation (see orders.services.creation.order_number), so a replay can
     # never mint a second number for the same reservation.
     order_no = models.CharField(max_length=40, unique=True)
     # No index of their own: the constraints and indexes below lead with each column (every
@@ -83,6 +84,13 @@ class Order(models.Model):  # type: ignore[django-manager-missing]  # Payment su
     @property
     def shipping_lines(self) -> list[str]:
         return address_lines(self.shipping_address)
+
+
+def activity_model() -> Any:
+    """The sale's model (``seckill.Activity``), reached through the order's foreign key:
+    orders sits below seckill in the layers and never imports it. Typed ``Any``: its
+    manager, fields and ``Status`` are seckill's."""
+    return Order._meta.get_field("activity").related_model
 
 
 # Where the shop delivers: mainland China and the usual destinations abroad.
@@ -187,7 +195,7 @@ class ReleasedReservation(models.Model):
     Redis (or, when the guard found none, left Redis's count), so it must never become an
     order as well. Recorded before the Redis release, under
     the stock row's lock, so a late or concurrent consumer of the same reservation finds
-    it (``orders.services.reservation_give_up``)."""
+    it (``orders.services.creation.reservation_give_up``)."""
 
     activity = models.ForeignKey("seckill.Activity", on_delete=models.CASCADE, related_name="+")
     shard = models.PositiveSmallIntegerField(default=0)

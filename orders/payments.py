@@ -27,7 +27,8 @@ from payments.signals import status_changed
 from core.errors import DATABASE_AWAY
 
 from .models import Order, Payment
-from .services import AddressRequired, OrderNotPayable, order_address_attach, order_pay
+from .services.addresses import AddressRequired, order_address_attach
+from .services.lifecycle import OrderNotPayable, order_pay
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ from core.task_policy import RESERVATION_TASK_OPTIONS
 from stock.scripts import LogEntry
 
 from .models import Order
-from .services import orders_create_from_reservations, orders_expire_due, orders_expire_overdue
+from .services.creation import orders_create_from_reservations
+from .services.lifecycle import orders_expire_due, orders_expire_overdue
 
 logger = logging.getLogger(__name__)
 

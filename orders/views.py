@@ -37,7 +37,8 @@ from .payments import (
     provider_get,
 )
 from .selectors import address_of, order_of_shopper, order_page_of_shopper, order_timeline, orders_of_shopper
-from .services import OrderNotCancellable, address_save, order_cancel
+from .services.addresses import address_save
+from .services.lifecycle import OrderNotCancellable, order_cancel
 from .simulated import OUTCOMES, checkout_complete
 
 

@@ -10,7 +10,7 @@ class SeckillConfig(AppConfig):
 
     def ready(self):
         from core.safety import deploy_safety_check
-        from seckill.purchase import authentication  # noqa: F401 - connects the shared token cache's signals
+        from seckill.purchase import token_cache  # noqa: F401 - connects the shared token cache's signals
         from seckill.sale import anomalies
         from seckill.sale.snapshot import activity_shards
         from stock.layout import shards_lookup_register

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from core.task_policy import RESERVATION_TASK_OPTIONS
 from seckill.models import Activity
-from seckill.purchase.authentication import token_shared_fill_due
 from seckill.purchase.fallback import reserve_participants_sync
+from seckill.purchase.token_cache import token_shared_fill_due
 from seckill.room.status import room_ticks
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.lifecycle import WarmupError, activity_close, activity_identity_check, activity_warmup

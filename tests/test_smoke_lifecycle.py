@@ -3,7 +3,7 @@ from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock, StockMovement
 from orders.models import Order
-from orders.services import orders_create_from_reservations
+from orders.services.creation import orders_create_from_reservations
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.selectors import redis_remaining
 from stock.reservations import reservations_pending

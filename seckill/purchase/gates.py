@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from core.errors import ApiError
 from seckill.models import Activity
-from seckill.purchase.authentication import token_known, token_lookup, token_shopper, token_shopper_of_reply
+from seckill.purchase.authentication import token_known, token_shopper, token_shopper_of_reply
 from seckill.purchase.body import PurchaseBody, purchase_body_parse
 from seckill.purchase.captcha import captcha_consume
 from seckill.purchase.limits import (
@@ -34,6 +34,7 @@ from seckill.purchase.limits import (
     traffic_limits_check,
 )
 from seckill.purchase.shoppers import blacklist, blacklist_remembered, shopper_facts
+from seckill.purchase.token_cache import token_lookup
 from seckill.purchase.took_part import took_part_known, took_part_refusal
 from seckill.room.tickets import room_ticket_check
 from seckill.sale.activities import activity_token_ensure

@@ -159,7 +159,7 @@ def gate_call(
     count: bool,
 ) -> GateReply | None:
     """One call to the cache Redis: an API token's lookup (``lookup``, made by
-    seckill.purchase.authentication.token_lookup) and/or the count against the limits
+    seckill.purchase.token_cache.token_lookup) and/or the count against the limits
     (``count``). None when Redis
     is away: the request goes on (the database fallback that serves purchases meanwhile
     has a strict concurrency cap)."""

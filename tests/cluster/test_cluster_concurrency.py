@@ -41,7 +41,7 @@ def test_sharded_lifecycle_on_the_cluster(on_cluster, django_capture_on_commit_c
     script on one slot of the cluster."""
 
     from orders.models import Order
-    from orders.services import order_cancel
+    from orders.services.lifecycle import order_cancel
     from seckill.sale.lifecycle import activity_keys_remove
     from seckill.sale.reconciliation import reconcile
     from seckill.sale.replay import reservations_replay

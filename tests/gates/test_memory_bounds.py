@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from orders.models import Order
-from orders.services import order_cancel
+from orders.services.lifecycle import order_cancel
 from seckill.purchase.took_part import took_part_known
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.replay import reservations_drain

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from core.memory import memories
 from orders.models import Order
-from orders.services import orders_expire_overdue
+from orders.services.lifecycle import orders_expire_overdue
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.replay import reservations_drain
 from seckill.sale.selectors import redis_remaining

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from orders.models import Order
-from orders.services import order_cancel
+from orders.services.lifecycle import order_cancel
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.selectors import redis_remaining
 from stock.keys import ActivityKeys

@@ -5,7 +5,7 @@ from django.db import connection
 
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order, ReconciliationReport
-from orders.services import orders_create_from_reservations
+from orders.services.creation import orders_create_from_reservations
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.reservations import reservations_pending

@@ -17,12 +17,7 @@ from rest_framework.test import APIClient
 from inventory.models import SeckillStock, StockMovement
 from orders.models import Order, Payment
 from orders.payments import PaymentError, payment_settle, payment_start
-from orders.services import (
-    OrderNotCancellable,
-    order_cancel,
-    orders_expire_due,
-    orders_expire_overdue,
-)
+from orders.services.lifecycle import OrderNotCancellable, order_cancel, orders_expire_due, orders_expire_overdue
 from orders.tasks import orders_expire_overdue_task
 from seckill.purchase.reserve import Reserved, purchase_reserve
 from seckill.sale.activities import activity_token_ensure

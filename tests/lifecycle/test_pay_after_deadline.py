@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock
 from orders.models import Order, Payment
-from orders.services import OrderNotPayable, order_pay, orders_expire_overdue
+from orders.services.lifecycle import OrderNotPayable, order_pay, orders_expire_overdue
 from seckill.sale.selectors import redis_remaining
 
 from ..factories import make_activity, make_users

@@ -9,7 +9,7 @@ order. Not a transactional test, for that reason.
 import pytest
 
 from inventory.models import SeckillStock
-from orders.services import order_cancel
+from orders.services.lifecycle import order_cancel
 from seckill.sale.lifecycle import activity_warmup
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.selectors import redis_remaining

@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order, ReleasedReservation
-from orders.services import order_cancel, orders_create_from_reservations, reservation_give_up
+from orders.services.creation import orders_create_from_reservations, reservation_give_up
+from orders.services.lifecycle import order_cancel
 from orders.tasks import order_create_task
 from seckill.models import Activity
 from seckill.sale.lifecycle import WarmupError, WarmupResult, activity_close, activity_warmup

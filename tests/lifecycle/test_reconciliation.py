@@ -13,7 +13,8 @@ from prometheus_client import REGISTRY
 
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary
-from orders.services import _insert_orders, order_cancel, order_pay
+from orders.services.creation import _insert_orders
+from orders.services.lifecycle import order_cancel, order_pay
 from seckill.models import Activity
 from seckill.sale.lifecycle import activity_close, activity_stop_selling
 from seckill.sale.reconciliation import REPORT_CONTRACT_KEYS, reconcile

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
-from orders.services import anomaly_record
+from orders.services.anomalies import anomaly_record
 from seckill.models import Activity
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.selectors import redis_remaining
@@ -235,7 +235,8 @@ def test_sharded_anomalies_name_their_shard_and_staff_return_the_units_there(set
     """Log ids are unique per shard only: two shards' reservations with the same id are
     two faults, and each one's units go back to its own shard."""
     from orders.selectors import anomaly_evidence
-    from orders.services import anomaly_open, anomaly_stock_return
+    from orders.services.anomalies import anomaly_open
+    from orders.services.anomaly_actions import anomaly_stock_return
     from stock.layout import StockLayout
     from stock.scripts import LogEntry, ScriptCode
 

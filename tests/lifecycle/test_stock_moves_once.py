@@ -13,7 +13,7 @@ from django.utils import timezone
 from inventory.models import SeckillStock, StockMovement
 from inventory.services import InsufficientStock, Share, stock_return
 from orders.models import AnomalyOrder, Order
-from orders.services import order_cancel, order_units_return_safely, orders_units_return
+from orders.services.lifecycle import order_cancel, order_units_return_safely, orders_units_return
 from seckill.models import Activity
 from seckill.sale.lifecycle import WarmupError, activity_close, activity_warmup
 from seckill.sale.reconciliation import reconcile

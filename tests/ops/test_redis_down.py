@@ -197,7 +197,7 @@ def test_redis_keeps_its_stock_after_the_outage_and_the_probe_makes_database_buy
 
 @pytest.mark.django_db(transaction=True)
 def test_a_cancelled_database_path_order_joins_redis_share_and_frees_its_shopper(redis_unreachable, settings):
-    from orders.services import order_cancel
+    from orders.services.lifecycle import order_cancel
 
     settings.SECKILL_BREAKER_FAILURES = 1
     settings.SECKILL_BREAKER_RESET = 3600

@@ -12,7 +12,8 @@ from django.urls import reverse
 
 from orders.admin import ANOMALY_ACTIONS
 from orders.models import AnomalyOrder
-from orders.services import ANOMALY_KIND_ACTIONS, anomaly_record
+from orders.services.anomalies import anomaly_record
+from orders.services.anomaly_actions import ANOMALY_KIND_ACTIONS
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.selectors import redis_remaining
 from stock.keys import ActivityKeys

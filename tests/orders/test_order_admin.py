@@ -13,7 +13,9 @@ from django.test import Client
 from django.urls import reverse
 
 from orders.models import AnomalyOrder, Order
-from orders.services import anomaly_record, order_address_attach, order_cancel
+from orders.services.addresses import order_address_attach
+from orders.services.anomalies import anomaly_record
+from orders.services.lifecycle import order_cancel
 from seckill.models import Activity
 
 from ..factories import ProductFactory, make_activity, make_users

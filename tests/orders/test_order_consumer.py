@@ -22,7 +22,8 @@ from django.db.models import Count, F, Sum
 
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
-from orders.services import order_cancel, order_number, orders_create_from_reservations
+from orders.services.creation import order_number, orders_create_from_reservations
+from orders.services.lifecycle import order_cancel
 from orders.tasks import order_create_task
 from seckill.models import Activity
 from seckill.purchase.reserve import purchase_reserve

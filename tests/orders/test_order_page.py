@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from orders.models import Order, Payment
 from orders.payments import payment_start
-from orders.services import order_cancel
+from orders.services.lifecycle import order_cancel
 from orders.simulated import checkout_complete
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.replay import reservations_drain

@@ -24,7 +24,8 @@ from rest_framework.test import APIClient
 
 from config.settings.base import payment_variants
 from orders.models import Order, Payment
-from orders.services import order_cancel, order_create_direct
+from orders.services.creation import order_create_direct
+from orders.services.lifecycle import order_cancel
 from orders.simulated import SimulatedProvider
 from tests.factories import UserFactory, make_activity
 from tests.orders.addresses import give_address

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from inventory.models import SeckillStock, StockMovement
 from orders.models import AnomalyOrder, Order
-from orders.services import order_create_direct, orders_create_from_reservations
+from orders.services.creation import order_create_direct, orders_create_from_reservations
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.reservations import ACKNOWLEDGE_CHUNK, reservations_pending

@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from core.errors import ApiError
 from inventory.models import SeckillStock, StockMovement
 from orders.models import DB_PATH_PREFIX, Order, ReleasedReservation
-from orders.services import order_cancel, order_pay, orders_expire_overdue
+from orders.services.lifecycle import order_cancel, order_pay, orders_expire_overdue
 from seckill.models import Activity
 from seckill.purchase.fallback import purchase_fallback, reserve_participants_sync
 from seckill.purchase.result import purchase_result

@@ -9,7 +9,7 @@ from core.errors import ApiError
 from inventory.models import SeckillStock
 from inventory.services import stock_reserve_release
 from orders.models import Order
-from orders.services import order_cancel
+from orders.services.lifecycle import order_cancel
 from seckill.purchase.fallback import purchase_fallback
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.reconciliation import reconcile

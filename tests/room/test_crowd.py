@@ -16,7 +16,7 @@ from rest_framework.authtoken.models import Token
 
 from orders.models import Order
 from seckill.models import Activity
-from seckill.purchase.authentication import token_shared_fill
+from seckill.purchase.token_cache import token_shared_fill
 from seckill.room.draw import commitment_of, draw_order
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis

@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from inventory.models import SeckillStock
 from orders.models import Order
-from orders.services import order_pay, orders_create_from_reservations
+from orders.services.creation import orders_create_from_reservations
+from orders.services.lifecycle import order_pay
 from seckill.models import Activity
 from seckill.sale.reconciliation import reconcile
 from seckill.sale.selectors import redis_remaining

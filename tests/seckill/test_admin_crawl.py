@@ -24,7 +24,9 @@ from django.utils import timezone
 
 from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order, ReconciliationReport
-from orders.services import order_address_attach, order_cancel, order_pay, orders_create_from_reservations
+from orders.services.addresses import order_address_attach
+from orders.services.creation import orders_create_from_reservations
+from orders.services.lifecycle import order_cancel, order_pay
 from seckill.models import Activity, BlacklistEntry, ShopperProfile
 from seckill.sale.lifecycle import activity_warmup
 from seckill.sale.reconciliation import reconcile

@@ -13,12 +13,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.test import APIClient
 
-from seckill.purchase.authentication import (
-    SHARED_PREFIX,
-    token_cache_clear,
-    token_known,
-    token_shopper,
-)
+from seckill.purchase.authentication import token_cache_clear, token_known, token_shopper
+from seckill.purchase.token_cache import SHARED_PREFIX
 from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import cache_redis, stock_redis

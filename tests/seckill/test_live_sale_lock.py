@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from inventory.models import SeckillStock
 from orders.models import Order
-from orders.services import orders_create_from_reservations
+from orders.services.creation import orders_create_from_reservations
 from seckill.models import Activity
 from seckill.sale import activities
 from seckill.sale.activities import ActivityChangeRefused, activity_save

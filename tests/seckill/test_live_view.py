@@ -12,7 +12,8 @@ from django.test import Client
 
 from core.metrics import PURCHASES
 from orders.models import AnomalyOrder, Order
-from orders.services import order_cancel, order_pay, orders_create_from_reservations
+from orders.services.creation import orders_create_from_reservations
+from orders.services.lifecycle import order_cancel, order_pay
 from seckill.admin.dashboard import SaleStatus, live_figures, purchase_refusals, sale_status
 from seckill.models import Activity
 from stock.keys import ActivityKeys

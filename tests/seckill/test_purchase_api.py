@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock
 from orders.models import AnomalyOrder, Order
-from orders.services import orders_create_from_reservations
+from orders.services.creation import orders_create_from_reservations
 from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis

@@ -14,7 +14,8 @@ from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock
 from orders.models import Order
-from orders.services import order_cancel, orders_create_from_reservations
+from orders.services.creation import orders_create_from_reservations
+from orders.services.lifecycle import order_cancel
 from seckill.purchase.result import purchase_result
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.lifecycle import activity_keys_remove, activity_warmup

@@ -15,14 +15,13 @@ from django.utils import timezone
 from django_redis import get_redis_connection
 from rest_framework.exceptions import AuthenticationFailed
 
-from seckill.purchase.authentication import (
+from seckill.purchase.authentication import token_cache_clear, token_shopper
+from seckill.purchase.token_cache import (
     FILL_LOCK,
     FILLED_MARK,
-    token_cache_clear,
     token_filter_params,
     token_shared_fill,
     token_shared_key,
-    token_shopper,
 )
 from seckill.tasks import activities_autowarm_task
 

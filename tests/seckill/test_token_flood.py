@@ -17,7 +17,8 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from seckill.purchase.authentication import token_cache_clear, token_shared_key
+from seckill.purchase.authentication import token_cache_clear
+from seckill.purchase.token_cache import token_shared_key
 from seckill.sale.activities import activity_token_ensure
 from stock.keys import ActivityKeys
 from stock.redis_client import cache_redis, stock_redis

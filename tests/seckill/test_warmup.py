@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from inventory.models import Product, SeckillStock
 from orders.models import AnomalyOrder, Order
-from orders.services import orders_create_from_reservations
+from orders.services.creation import orders_create_from_reservations
 from seckill.models import Activity
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.lifecycle import WarmupResult

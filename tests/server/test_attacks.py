@@ -20,7 +20,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from seckill.purchase.authentication import token_cache_clear, token_shared_forget
+from seckill.purchase.authentication import token_cache_clear
+from seckill.purchase.token_cache import token_shared_forget
 from seckill.sale.activities import activity_token_ensure
 
 from ..factories import make_activity, make_users, token_of

@@ -21,8 +21,9 @@ import server.app
 from core.loop_bridge import await_only, on_loop, run_on_loop
 from core.loop_database import loop_database
 from orders.models import Order
-from seckill.purchase.authentication import token_cache_clear, token_shared_forget, token_shopper
+from seckill.purchase.authentication import token_cache_clear, token_shopper
 from seckill.purchase.shoppers import blacklist
+from seckill.purchase.token_cache import token_shared_forget
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.replay import reservations_drain
 from seckill.sale.snapshot import activity_snapshot

@@ -14,7 +14,7 @@ from django.utils import timezone
 import server.app
 from core.errors import ApiError
 from orders.models import Order
-from orders.services import order_cancel
+from orders.services.lifecycle import order_cancel
 from seckill.models import Activity
 from seckill.purchase.gates import known_shopper, purchase_admit, purchase_early_refusal
 from seckill.sale.activities import activity_token_ensure

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from orders.models import Order
-from seckill.purchase.authentication import token_shared_remember
+from seckill.purchase.token_cache import token_shared_remember
 from seckill.sale.activities import activity_token_ensure
 
 from ..factories import make_activity, make_users, token_of

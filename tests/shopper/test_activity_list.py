@@ -110,7 +110,7 @@ def test_a_listed_page_costs_one_stock_read_per_activity_once_per_cache_lifetime
 def test_a_sold_out_sale_says_so_on_the_list_and_is_live_again_when_units_come_back(
     django_capture_on_commit_callbacks,
 ):
-    from orders.services import order_cancel
+    from orders.services.lifecycle import order_cancel
     from tests.shopper.test_activity_page import sell
 
     activity = make_activity(stock=1, title="Last one")

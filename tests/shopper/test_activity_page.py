@@ -241,7 +241,7 @@ def flags(activity) -> tuple[dict, dict]:
 def test_the_flag_says_what_is_left_and_when_it_is_sold_out_and_when_units_come_back(
     django_capture_on_commit_callbacks,
 ):
-    from orders.services import order_cancel
+    from orders.services.lifecycle import order_cancel
 
     activity = make_activity(stock=2)
     for flag in flags(activity):

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from inventory.models import SeckillStock
 from orders.models import Order, Payment
-from orders.services import order_cancel
+from orders.services.lifecycle import order_cancel
 from orders.simulated import SIGNATURE_HEADER, notification_build, notification_sign
 from seckill.purchase.reserve import purchase_reserve
 from seckill.sale.replay import reservations_drain

@@ -14,7 +14,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from orders.models import Order
-from orders.services import order_cancel
+from orders.services.lifecycle import order_cancel
 from seckill.sale.activities import activity_save
 from seckill.sale.replay import reservations_drain
 from tests.factories import make_activity

@@ -2,7 +2,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from seckill.purchase.authentication import TokenFillRunning, token_filter_params, token_shared_fill
+from seckill.purchase.token_cache import TokenFillRunning, token_filter_params, token_shared_fill
 
 
 class Command(BaseCommand):
