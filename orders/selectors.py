@@ -8,6 +8,7 @@ import redis
 from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.db.models import Count, Max, Min, Model, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour, TruncMinute, TruncSecond
+from django.utils.timezone import localtime
 
 from inventory.models import SeckillStock, StockMovement
 from stock.keys import ActivityKeys
@@ -161,7 +162,7 @@ def orders_fulfilment_rows(*, order_ids) -> list[list[str]]:
         values = {
             "order_no": order.order_no,
             "status": order.status,
-            "paid_at": order.paid_at.isoformat() if order.paid_at else "",
+            "paid_at": localtime(order.paid_at).isoformat() if order.paid_at else "",  # the shop's offset
             "product": order.activity.product.name,
             "sale": order.activity.title,
             "quantity": order.quantity,
