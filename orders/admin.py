@@ -117,11 +117,26 @@ class OrderAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Export selected orders for fulfilment (CSV)", permissions=["export"])
     def export_for_fulfilment(self, request, queryset):
+        # Only what can be shipped: paid, with the address copied when payment started.
+        shippable = queryset.filter(status=Order.Status.PAID, shipping_address__isnull=False).exclude(
+            shipping_address={}
+        )
+        exported = shippable.count()
+        skipped = queryset.count() - exported
+        if not exported:
+            self.message_user(
+                request,
+                f"Nothing exported: the {skipped} selected orders are not paid yet, or have no shipping address.",
+                messages.WARNING,
+            )
+            return None  # back to the list
+        note = f"; {skipped} skipped: not paid yet, or no shipping address" if skipped else ""
+        self.message_user(request, f"{exported} orders exported{note}.", messages.SUCCESS)
         response = HttpResponse(content_type="text/csv; charset=utf-8")
         stamp = timezone.localtime().strftime("%Y%m%d-%H%M%S")
         response["Content-Disposition"] = f'attachment; filename="orders-{stamp}.csv"'
         response.write("\ufeff")  # a BOM: spreadsheets then read the Chinese addresses as UTF-8
-        csv.writer(response).writerows(orders_fulfilment_rows(order_ids=queryset.values("pk")))
+        csv.writer(response).writerows(orders_fulfilment_rows(order_ids=shippable.values("pk")))
         return response
 
 

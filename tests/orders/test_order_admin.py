@@ -9,7 +9,8 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.test import Client
+from django.contrib.messages import get_messages
+from django.test import Client, override_settings
 from django.urls import reverse
 
 from orders.models import AnomalyOrder, Order
@@ -161,3 +162,32 @@ def test_merchants_may_view_and_export_orders_and_reviewers_only_view():
     assert {"view_order", "export_order"} <= codenames("merchants")
     assert "view_order" in codenames("reviewers") and "export_order" not in codenames("reviewers")
     assert not {"change_order", "delete_order", "add_order"} & (codenames("merchants") | codenames("reviewers"))
+
+
+# --- the fulfilment export: paid orders with an address, times in the shop's zone ---------
+
+
+@pytest.mark.django_db  # the staff groups are rows of a data migration: no flush
+@override_settings(TIME_ZONE="Asia/Shanghai")
+def test_the_fulfilment_export_is_the_paid_orders_with_addresses_in_the_shops_zone(paid_orders):
+    activity, paid = paid_orders
+    unpaid_users = make_users(2, prefix="unpaid")
+    pending, cancelled = buy(activity, unpaid_users)
+    order_cancel(order=cancelled, reason="shopper")
+    merchant, client = staff_member("merchants")
+    Activity.objects.filter(pk=activity.pk).update(owner=merchant)
+
+    export = _export(client, [*paid, pending, cancelled])
+    assert export["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(export.content.decode("utf-8-sig"))))
+    assert sorted(row[0] for row in rows[1:]) == sorted(o.order_no for o in paid)
+    for row in rows[1:]:
+        paid_at = dict(zip(rows[0], row, strict=True))["paid_at"]
+        assert paid_at.endswith("+08:00"), paid_at  # ISO 8601 with the shop's offset
+    told = [str(m) for m in get_messages(export.wsgi_request)]
+    assert told == ["2 orders exported; 2 skipped: not paid yet, or no shipping address."], told
+
+    nothing = _export(client, [pending, cancelled])
+    assert nothing.status_code == 302  # back to the list, no empty file
+    told = [str(m) for m in get_messages(nothing.wsgi_request)]
+    assert told[-1:] == ["Nothing exported: the 2 selected orders are not paid yet, or have no shipping address."]
