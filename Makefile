@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint format bench clean services-down messages manage screenshots drill
+.PHONY: run test install lint docs format bench clean services-down messages manage screenshots drill
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ lint: $(STAMP)
 	@echo "ruff…" && $(BIN)/ruff check . && $(BIN)/ruff format --check .
 	@echo "mypy…" && DATABASE_URL=postgres://localhost/x REDIS_URL=redis://localhost:6379/0 $(BIN)/mypy
 	@echo "import-linter…" && $(BIN)/lint-imports --no-cache
+
+# The documentation site into site/ (mkdocs.yml): strict, so any warning (a broken link or
+# anchor, a page outside the nav) fails. The reference pages of the API, the commands and the
+# metrics are generated from the code at build time (devtools/docs_reference.py).
+docs: $(STAMP)
+	@$(BIN)/mkdocs build --strict --quiet
 
 format: $(STAMP)
 	@$(BIN)/ruff format . && $(BIN)/ruff check --fix .
