@@ -1,6 +1,7 @@
 -- A consistent read of an activity's Redis state for reconciliation and warm-up.
 --
 -- KEYS[1] stock   KEYS[2] loaded   KEYS[3] log   KEYS[4] returned
+-- ARGV none
 -- Returns {stock or false, loaded or false, log entries as a flat list, size of returned}
 --
 -- The size of ``returned`` is read in the same step as the stock: a return moves both,

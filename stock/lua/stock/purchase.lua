@@ -15,18 +15,7 @@
 -- kick = 1 when this reservation set the drain flag: the caller then asks a worker to
 -- drain the log. Everyone else leaves it to that task, so a flood publishes a handful of
 -- messages a second instead of one per purchase.
--- Every argument is checked before the first write: a script that fails half-way would
--- leave a partial write behind (Redis does not roll back).
-local function whole(value, least)
-  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
-    return nil
-  end
-  local n = tonumber(value)
-  if n < least then
-    return nil
-  end
-  return n
-end
+-- Every argument is checked (prelude.lua's whole()) before the first write.
 local qty = whole(ARGV[2], 1)
 local limit = whole(ARGV[3], 1)
 -- Second line of defence: the web process validated these already.

@@ -10,18 +10,7 @@
 --    1 reserved   -2 sold out   -3 not warmed   -4 invalid arguments
 -- kick = 1 when this reservation set the shard's drain flag (as in purchase.lua; the
 -- drain task drains every shard's log, so S shards ask at most S times per lifetime).
--- Every argument is checked before the first write: a script that fails half-way would
--- leave a partial write behind (Redis does not roll back).
-local function whole(value, least)
-  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
-    return nil
-  end
-  local n = tonumber(value)
-  if n < least then
-    return nil
-  end
-  return n
-end
+-- Every argument is checked (prelude.lua's whole()) before the first write.
 local qty = whole(ARGV[2], 1)
 local limit = whole(ARGV[3], 1)
 if not whole(ARGV[1], 1) or not qty or not limit or qty > limit or not whole(ARGV[4], 0) or not whole(ARGV[5], 1) then

@@ -12,16 +12,7 @@
 --
 -- Returns the units added (0 when already there), -1 when not warmed (the next warm-up
 -- derives the stock with them), -4 for invalid arguments.
-local function whole(value, least)
-  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
-    return nil
-  end
-  local n = tonumber(value)
-  if n < least then
-    return nil
-  end
-  return n
-end
+-- Every argument is checked (prelude.lua's whole()) before the first write.
 local released = whole(ARGV[1], 0)
 if not released or not (ARGV[2] == '' or whole(ARGV[2], 0)) then
   return -4

@@ -8,18 +8,7 @@
 -- Redis restarted, cleaned up) nothing is recorded, and the next warm-up, which derives
 -- the stock without the units of cancelled orders not in the set, returns them itself.
 -- -4 for invalid arguments.
--- Every argument is checked before the first write: a script that fails half-way would
--- leave a partial write behind (Redis does not roll back).
-local function whole(value, least)
-  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
-    return nil
-  end
-  local n = tonumber(value)
-  if n < least then
-    return nil
-  end
-  return n
-end
+-- Every argument is checked (prelude.lua's whole()) before the first write.
 if (ARGV[1] or '') == '' or not whole(ARGV[2], 1) or not whole(ARGV[3], 1) then
   return -4
 end

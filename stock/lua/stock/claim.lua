@@ -7,18 +7,7 @@
 --
 -- Returns 1 when claimed now, otherwise the claim the shopper holds (a duplicate, or a
 -- pending claim that the caller may find was left behind by an error); -4 for invalid arguments.
--- Every argument is checked before the first write: a script that fails half-way would
--- leave a partial write behind (Redis does not roll back).
-local function whole(value, least)
-  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
-    return nil
-  end
-  local n = tonumber(value)
-  if n < least then
-    return nil
-  end
-  return n
-end
+-- Every argument is checked (prelude.lua's whole()) before the first write.
 if not whole(ARGV[1], 1) or (ARGV[2] or '') == '' or not whole(ARGV[3], 0) then
   return -4
 end

@@ -1,88 +1,34 @@
-"""The Lua scripts of the stock engine, each a `.lua` file loaded once into redis-py's
-``Script`` (EVALSHA, reloaded on NOSCRIPT). The client is passed at call time."""
+"""The stock's scripts (stock/lua/stock/): a purchase on one key or on shards, its
+release and return, the warm-up, the reserve's handover, the sharded re-warm's freeze and
+the snapshot reconciliation reads."""
 
 import random
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.conf import settings
-from redis.client import Pipeline
-from redis.commands.core import Script
-from redis.exceptions import NoScriptError
 
 from core.metrics import script_timer
 
-from .keys import ActivityKeys, claim_pending, claim_value
-from .redis_client import StockRedis
+from ..keys import ActivityKeys, claim_pending, claim_value
+from ..redis_client import StockRedis
+from .loader import ScriptCode, lua_script, refused_raised
 
-_LUA_DIR = Path(__file__).parent / "lua"
-
-
-class LuaScript(Script):
-    """redis-py's Script, sent as EVALSHA straight through ``execute_command``: the
-    command method between them costs about as much Python as the rest of the call
-    (half of a purchase's two commands). A pipeline's call stays Script's, which has
-    the pipeline load its scripts first."""
-
-    def __call__(self, keys=None, args=None, client=None):
-        if client is None or isinstance(client, Pipeline):
-            return super().__call__(keys, args, client)
-        keys = keys or ()
-        try:
-            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *(args or ()))
-        except NoScriptError:  # not run: a Redis that restarted or another server
-            self.sha = client.script_load(self.script)
-            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *(args or ()))
-
-
-def _load(name: str) -> LuaScript:
-    # Bytes need no client to hash; the client is always passed at call time.
-    return LuaScript(None, (_LUA_DIR / f"{name}.lua").read_bytes())  # type: ignore[arg-type]  # None is fine for bytes
-
-
-PURCHASE = _load("purchase")
-RELEASE = _load("release")
-WARMUP = _load("warmup")
-FREEZE = _load("freeze")
-SNAPSHOT = _load("snapshot")
-RETURN = _load("return")
-CLAIM = _load("claim")
-CLAIM_SETTLE = _load("claim_settle")
-SHARD_PURCHASE = _load("shard_purchase")
-SHARD_RELEASE = _load("shard_release")
-SHARD_RETURN = _load("shard_return")
-HANDOVER = _load("handover")
+PURCHASE = lua_script("stock/purchase")
+RELEASE = lua_script("stock/release")
+WARMUP = lua_script("stock/warmup")
+FREEZE = lua_script("stock/freeze")
+SNAPSHOT = lua_script("stock/snapshot")
+RETURN = lua_script("stock/return")
+CLAIM = lua_script("stock/claim")
+CLAIM_SETTLE = lua_script("stock/claim_settle")
+SHARD_PURCHASE = lua_script("stock/shard_purchase")
+SHARD_RELEASE = lua_script("stock/shard_release")
+SHARD_RETURN = lua_script("stock/shard_return")
+HANDOVER = lua_script("stock/handover")
 
 # Sharded stock: shards tried per purchase before "sold out" (a random one, then two more).
 SHARD_TRIES = 3
-ADMISSION = _load("admission")
-SHOPPER_GATE = _load("shopper_gate")
-TOKEN_FILTER_ADD = _load("token_filter_add")
-
-
-class ScriptCode:
-    RESERVED = 1
-    DUPLICATE = -1
-    SOLD_OUT = -2
-    NOT_WARMED = -3
-    INVALID = -4  # an argument failed the script's own checks; nothing was written
-    HELD = -5  # too few units in Redis, but the database reserve holds some: hand it over first
-    UNSETTLED = -6  # S > 1: the shards kept moving while a purchase looked for a unit (busy)
-
-
-class ScriptArgumentsInvalid(ValueError):
-    """A stock script refused its arguments (ScriptCode.INVALID) before writing anything."""
-
-    def __init__(self, script: str, args: list[str | int]):
-        super().__init__(f"stock script {script!r} refused its arguments {args!r}; nothing written")
-
-
-def _refused(script: str, reply, args: list[str | int]):
-    """The script's reply, or ScriptArgumentsInvalid for its invalid-arguments code."""
-    if reply == ScriptCode.INVALID:
-        raise ScriptArgumentsInvalid(script, args)
-    return reply
 
 
 @dataclass(frozen=True)
@@ -302,7 +248,7 @@ def run_return(
     with script_timer("return"):
         args: list[str | int] = [order_no, quantity, user_id, reservation_id]
         returned = RETURN(keys=[keys.stock, keys.users, keys.returned], args=args, client=client)
-    return bool(_refused("return", returned, args))
+    return bool(refused_raised("return", returned, args))
 
 
 def run_warmup(
@@ -336,7 +282,7 @@ def run_warmup(
             args=args,
             client=client,
         )
-    return bool(_refused("warmup", written, args))
+    return bool(refused_raised("warmup", written, args))
 
 
 def run_handover(client: StockRedis, keys: ActivityKeys, *, released: int, reserve_left: int | None) -> int:
@@ -348,7 +294,7 @@ def run_handover(client: StockRedis, keys: ActivityKeys, *, released: int, reser
         added = HANDOVER(
             keys=[keys.stock, keys.loaded, keys.handed, keys.reserve, keys.restocks], args=args, client=client
         )
-    return int(_refused("handover", added, args))
+    return int(refused_raised("handover", added, args))
 
 
 def run_freeze(client: StockRedis, keys: ActivityKeys, *, expected: int | None, log_length: int) -> bool:
@@ -359,96 +305,6 @@ def run_freeze(client: StockRedis, keys: ActivityKeys, *, expected: int | None, 
             keys=[keys.stock, keys.log], args=["" if expected is None else str(expected), log_length], client=client
         )
     return bool(frozen)
-
-
-def run_admission(client: StockRedis, keys: ActivityKeys, *, rate: int, burst: int) -> tuple[bool, int]:
-    """Take one token from the activity's admission bucket: (admitted, ms until one is there)."""
-    admitted, wait_ms = ADMISSION(keys=[keys.admission], args=[rate, burst], client=client)
-    return bool(admitted), int(wait_ms)
-
-
-@dataclass(frozen=True)
-class RateLimit:
-    """At most ``count`` requests per fixed window of ``seconds``, counted under ``name``
-    (the per-user one: ``name:<user id>``)."""
-
-    name: str
-    count: int
-    seconds: int
-
-
-@dataclass(frozen=True)
-class GateReply:
-    shopper: str | None  # the token's cache entry ("user_id:username:mac"), or the id given; None: not cached
-    over: int  # 0, or which limit is over (1 per user, 2 per address, 4 failed authentications); 3: no such token
-    ms_left: int  # until that limit's window ends
-
-
-GATE_OVER_USER, GATE_OVER_ADDRESS, GATE_UNKNOWN_TOKEN, GATE_OVER_FAILURES = 1, 2, 3, 4
-
-
-@dataclass(frozen=True)
-class TokenFilter:
-    """A Bloom filter in the cache Redis: ``bits`` (a string of bits) and ``params`` (a
-    hash: bits, hashes)."""
-
-    bits: str
-    params: str
-
-
-@dataclass(frozen=True)
-class TokenLookup:
-    """What the gate script needs to look a token up when the cache holds no entry for it:
-    the token's entry, its refused-token entry, the filter and the token's two hashes in
-    it, and the failed-authentication counter of the client's address."""
-
-    entry: str
-    refused: str
-    filter: TokenFilter
-    hashes: tuple[int, int]
-    refused_ms: int
-    failures: RateLimit | None
-
-
-def run_shopper_gate(
-    client: StockRedis,
-    *,
-    lookup: TokenLookup | None,
-    user_id: int | None,
-    count: bool,
-    per_user: RateLimit | None,
-    per_address: RateLimit | None,
-    refused: bool = False,
-) -> GateReply:
-    """The token lookup (``lookup``, when ``user_id`` is None) and the rate limits (when
-    ``count``) in one call to the cache Redis; ``refused``: the database refused the token
-    (remembered, and counted against the address). See lua/shopper_gate.lua."""
-    mode = "refused" if refused else "1" if count else "0"
-    args = ["" if user_id is None else user_id, mode]
-    args += [per_user.name, per_user.count, per_user.seconds] if per_user else ["", 0, 1]
-    args += [per_address.name, per_address.count, per_address.seconds] if per_address else ["", 0, 1]
-    if lookup is None:
-        keys = ["-"] * 4  # not read when the id is given
-        args += ["", 0, 1, 0, 1, 0]
-    else:
-        keys = [lookup.entry, lookup.refused, lookup.filter.bits, lookup.filter.params]
-        failures = lookup.failures
-        args += [failures.name, failures.count, failures.seconds] if failures else ["", 0, 1]
-        args += [*lookup.hashes, lookup.refused_ms]
-    with script_timer("shopper_gate"):
-        shopper, over, ms_left = SHOPPER_GATE(keys=keys, args=args, client=client)
-    if isinstance(shopper, bytes):
-        shopper = shopper.decode()
-    return GateReply(None if shopper is None else str(shopper), int(over), int(ms_left))
-
-
-def run_token_filter_add(client: StockRedis, filters: list[TokenFilter], hashes: list[tuple[int, int]]) -> int:
-    """Set the bits of tokens' hashes in each of ``filters`` that exists; returns how many."""
-    if not hashes:
-        return 0
-    keys = [name for f in filters for name in (f.bits, f.params)]
-    with script_timer("token_filter_add"):
-        return int(TOKEN_FILTER_ADD(keys=keys, args=[h for pair in hashes for h in pair], client=client))
 
 
 @dataclass(frozen=True)
@@ -514,163 +370,3 @@ def warmup_shares(total: int, shards: int) -> list[int]:
     """``total`` split evenly over the shards (the first ones take the remainder)."""
     base, extra = divmod(total, shards)
     return [base + (1 if i < extra else 0) for i in range(shards)]
-
-
-# --- the waiting room (seckill.room) -----------------------------------------------------
-
-ROOM_JOIN = _load("room_join")
-ROOM_SEAL = _load("room_seal")
-ROOM_TICK = _load("room_tick")
-ROOM_TICKET = _load("room_ticket")
-ROOM_TICKET_USE = _load("room_ticket_use")
-ROOM_TICKET_CONSUME = _load("room_ticket_consume")
-
-
-class RoomCode:
-    PLACED = 1
-    PRE_QUEUE = 2
-    NEEDS_DRAW = 3
-    TICKET = 1
-    NOT_JOINED = -1
-    NOT_YET = -2
-    USED = -3
-    WINDOW_OVER = -4
-    AWAITING_DRAW = -5
-    SOLD_OUT = -6
-
-
-def _int(value) -> int:
-    return int(value.decode() if isinstance(value, bytes) else value)
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def run_room_join(client: StockRedis, keys: ActivityKeys, *, user_id: int, start_ms: int) -> tuple[int, int]:
-    """(code, place): see lua/room_join.lua."""
-    with script_timer("room_join"):
-        code, place = ROOM_JOIN(
-            keys=[keys.room_state, keys.room_pre, keys.room_queue, keys.room_places],
-            args=[user_id, start_ms],
-            client=client,
-        )
-    return int(code), int(place)
-
-
-def run_room_seal(client: StockRedis, keys: ActivityKeys, *, start_ms: int, seed: str, order: list[int]) -> int:
-    with script_timer("room_seal"):
-        return int(
-            ROOM_SEAL(
-                keys=[keys.room_state, keys.room_pre, keys.room_queue, keys.room_places],
-                args=[start_ms, seed, len(order), *order],
-                client=client,
-            )
-        )
-
-
-@dataclass(frozen=True)
-class RoomTick:
-    sealed: bool
-    serving: int
-    queued: int
-    active: int
-    noshows: int
-    used: int
-    closed_ms: int | None
-    paused: bool
-    stock: int | None
-    now_ms: int
-    oldest_sample: tuple[int, int] | None  # (ms, serving) about ten seconds ago
-
-
-def run_room_tick(
-    client: StockRedis,
-    keys: ActivityKeys,
-    *,
-    units_left: int | None,
-    rate: int,
-    cap: int,
-    window_ms: int,
-    log_key: str | None = None,
-):
-    """``units_left``: None reads the stock and the reserve in the script (S = 1); S > 1
-    gives what the caller read of every shard (-1 unknown)."""
-    with script_timer("room_tick"):
-        reply = ROOM_TICK(
-            keys=[
-                keys.room_state,
-                keys.room_queue,
-                keys.room_active,
-                keys.room_admitted,
-                keys.stock,
-                keys.room_rate_samples,
-                keys.reserve,
-                *([log_key] if log_key else []),
-            ],
-            args=[rate, cap, window_ms, "" if units_left is None else units_left],
-            client=client,
-        )
-    sealed, serving, queued, active, noshows, used, closed, paused, stock, now, oldest = reply
-    closed, oldest = _text(closed), _text(oldest)
-    sample = None
-    if oldest:
-        ms, _, at = oldest.partition(":")
-        sample = (int(ms), int(at))
-    return RoomTick(
-        sealed=bool(_int(sealed)),
-        serving=_int(serving),
-        queued=_int(queued),
-        active=_int(active),
-        noshows=_int(noshows),
-        used=_int(used),
-        closed_ms=int(closed) if closed else None,
-        paused=_text(paused) == "1",
-        stock=None if _int(stock) < 0 else _int(stock),
-        now_ms=_int(now),
-        oldest_sample=sample,
-    )
-
-
-def run_room_ticket(
-    client: StockRedis, keys: ActivityKeys, *, units_left: int | None, user_id: int, nonce: str
-) -> tuple[int, str, int]:
-    """(code, nonce or place, window end ms or serving): see lua/room_ticket.lua.
-    ``units_left`` as for ``run_room_tick``."""
-    with script_timer("room_ticket"):
-        code, first, second = ROOM_TICKET(
-            keys=[
-                keys.room_state,
-                keys.room_places,
-                keys.room_active,
-                keys.room_tickets,
-                keys.room_used,
-                keys.stock,
-                keys.room_pre,
-                keys.reserve,
-                keys.room_consumed,
-            ],
-            args=[user_id, nonce, "" if units_left is None else units_left],
-            client=client,
-        )
-    return int(code), _text(first), int(second)
-
-
-def run_room_ticket_use(client: StockRedis, keys: ActivityKeys, *, user_id: int, nonce: str) -> int:
-    """1 first try, 2 tried before, -1 not the ticket issued, -3 consumed."""
-    with script_timer("room_ticket_use"):
-        return int(
-            ROOM_TICKET_USE(
-                keys=[keys.room_tickets, keys.room_used, keys.room_active, keys.room_consumed],
-                args=[user_id, nonce],
-                client=client,
-            )
-        )
-
-
-def run_room_ticket_consume(client: StockRedis, keys: ActivityKeys, *, user_id: int, nonce: str) -> bool:
-    """The ticket is used for good (a purchase with it reserved); True the first time."""
-    with script_timer("room_ticket_consume"):
-        return bool(
-            ROOM_TICKET_CONSUME(keys=[keys.room_consumed, keys.room_state], args=[user_id, nonce], client=client)
-        )

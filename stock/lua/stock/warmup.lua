@@ -16,18 +16,7 @@
 --
 -- Returns 1 when written, 0 when the stock was not what the caller expected, -4 for
 -- invalid arguments.
--- Every argument is checked before the first write: a script that fails half-way would
--- leave a partial write behind (Redis does not roll back).
-local function whole(value, least)
-  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
-    return nil
-  end
-  local n = tonumber(value)
-  if n < least then
-    return nil
-  end
-  return n
-end
+-- Every argument is checked (prelude.lua's whole()) before the first write.
 if not whole(ARGV[1], 0) or not whole(ARGV[2], 0) or not (ARGV[3] == '' or whole(ARGV[3], 0))
     or not whole(ARGV[4], 0) or not (ARGV[6] == '' or whole(ARGV[6], 0))
     or not (ARGV[7] == '' or whole(ARGV[7], 0)) then
