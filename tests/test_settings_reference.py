@@ -1,7 +1,8 @@
-"""The shop's own settings have one source, config/settings/registry.py: the reference page
-and .env.example are what `python -m config.settings.reference` writes from it, the code
-reads no SECKILL_* name the table does not declare, every declared setting is read, and a
-value outside its bound stops the start-up."""
+"""The shop's own settings have one source, config/settings/registry.py (declared by domain
+in config/settings/declared/): the reference page and .env.example are what
+`python -m config.settings.reference` writes from it, the code reads no SECKILL_* name the
+table does not declare, every declared setting is read, and a value outside its bound
+stops the start-up."""
 
 import ast
 import re
@@ -29,6 +30,13 @@ SECKILL_NAME = re.compile(r"\bSECKILL_[A-Z0-9_]*[A-Z0-9]\b")
 BASE = BASE_DIR / "config" / "settings" / "base.py"
 SETTINGS_DIR = BASE.parent
 DECLARED = {setting.name for setting in registry.SETTINGS}
+# The table's own files (a name declared there is not read there): the gatherer, what a
+# setting is, and the declarations by domain.
+DECLARATIONS = {
+    SETTINGS_DIR / "registry.py",
+    SETTINGS_DIR / "schema.py",
+    *(SETTINGS_DIR / "declared").glob("*.py"),
+}
 PYTHON_TYPE = {
     registry.Kind.STR: "str",
     registry.Kind.RATE: "str",
@@ -62,7 +70,7 @@ def reads(path: Path) -> set[str]:
     """The names this file reads as settings: ``settings.NAME``, ``getattr(settings, "NAME")``,
     ``os.environ.get("NAME")``, a bare ``NAME`` (the settings modules). Not a read: the table
     itself, base.py's bindings, and the names config/settings/ gives other defaults to."""
-    if path == SETTINGS_DIR / "registry.py":
+    if path in DECLARATIONS:
         return set()
     tree = ast.parse(path.read_text())
     bindings = base_bindings(tree).values() if path == BASE else ()
