@@ -180,7 +180,7 @@ http {{
     scgi_temp_path {tmp}/scgi;
 
     include {shop};
-    access_log {front.access_log} shop;
+    access_log {front.access_log} shop if=$shop_log_request;  # the polls that went well: not logged
 }}
 """
 
