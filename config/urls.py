@@ -25,6 +25,7 @@ urlpatterns = [
     path("api/", include(api)),
     path("", include(seckill_urls)),
     path("", include(order_urls)),
+    path("accounts/", include("accounts.urls")),  # sign-up, the queued password reset
     path("accounts/", include("django.contrib.auth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path(settings.ADMIN_URL, admin.site.urls),

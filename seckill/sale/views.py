@@ -1,20 +1,18 @@
 """Server-rendered shopper pages: the sale list, the CDN-cacheable activity page and its
-flag script, the catalog, sign-up, and the small uncached call the page script makes."""
+flag script, the catalog, and the small uncached call the page script makes."""
 
 import functools
 import json
 
 from django.conf import settings
-from django.contrib.auth import login
-from django.contrib.auth.forms import UserCreationForm
 from django.contrib.staticfiles import finders
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpResponse
 from django.middleware.csrf import get_token
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
-from django.utils.http import http_date, url_has_allowed_host_and_scheme
+from django.utils.http import http_date
 from django.views.decorators.cache import never_cache
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -29,7 +27,6 @@ from seckill.models import Activity
 from seckill.sale.listing import PageNotFound, activities_page, card_state, page_number_parse
 from seckill.sale.pages import activity_page_render, page_flag
 from seckill.sale.snapshot import activity_snapshot
-from seckill.throttles import signup_throttle
 
 NO_STORE = "no-store, max-age=0"
 
@@ -163,16 +160,3 @@ def product_detail(request, product_id: int):
     return render(
         request, "catalog/product_detail.html", {"product": product, "activities": activities, "now": timezone.now()}
     )
-
-
-@signup_throttle
-def signup(request):
-    form: UserCreationForm = UserCreationForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        user = form.save()
-        # Several auth backends (django-axes first): name the one that knows the new user.
-        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        next_url = request.GET.get("next", "")
-        safe = url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()})
-        return redirect(next_url if safe else "home")
-    return render(request, "registration/signup.html", {"form": form})

@@ -120,7 +120,7 @@ def _post_form(client, path: str, fields: dict[str, str]):
 
 
 FORMS = {
-    "/accounts/signup/": ("username", "password1", "password2"),
+    "/accounts/signup/": ("username", "email", "password1", "password2"),
     "/accounts/login/": ("username", "password"),
     "/accounts/password_reset/": ("email",),
     "/i18n/setlang/": ("language", "next"),

@@ -16,7 +16,12 @@ def test_sign_up_log_out_log_in():
     assert client.get("/accounts/signup/").status_code == 200
     response = client.post(
         "/accounts/signup/",
-        {"username": "newshopper", "password1": "a-long-Pass-phrase-9", "password2": "a-long-Pass-phrase-9"},
+        {
+            "username": "newshopper",
+            "email": "newshopper@example.com",
+            "password1": "a-long-Pass-phrase-9",
+            "password2": "a-long-Pass-phrase-9",
+        },
     )
     assert response.status_code == 302
     assert get_user_model().objects.filter(username="newshopper").exists()
@@ -33,7 +38,12 @@ def test_sign_up_log_out_log_in():
 def test_sign_up_does_not_redirect_off_site():
     response = Client().post(
         "/accounts/signup/?next=https://evil.example/",
-        {"username": "x1", "password1": "a-long-Pass-phrase-9", "password2": "a-long-Pass-phrase-9"},
+        {
+            "username": "x1",
+            "email": "x1@example.com",
+            "password1": "a-long-Pass-phrase-9",
+            "password2": "a-long-Pass-phrase-9",
+        },
     )
     assert response.status_code == 302 and response["Location"] == "/"
 
@@ -112,7 +122,12 @@ def test_the_header_sign_up_and_log_in_links_keep_the_way_back():
 def test_signing_up_from_the_header_link_lands_where_the_shopper_was():
     response = Client().post(
         "/accounts/signup/?next=/products/",
-        {"username": "back1", "password1": "a-long-Pass-phrase-9", "password2": "a-long-Pass-phrase-9"},
+        {
+            "username": "back1",
+            "email": "back1@example.com",
+            "password1": "a-long-Pass-phrase-9",
+            "password2": "a-long-Pass-phrase-9",
+        },
     )
     assert response.status_code == 302 and response["Location"] == "/products/"
 

@@ -15,8 +15,8 @@ import hashlib
 from django.contrib.auth.signals import user_login_failed
 from django.dispatch import receiver
 
+from core.client_address import client_ip
 from core.throttles import Throttled, throttle_at_limit, throttle_count, throttle_page, throttled_page
-from seckill.purchase.limits import client_ip
 
 LOGIN_VIEWS = frozenset({"login", "admin:login"})
 PASSWORD_RESET_VIEWS = frozenset({"password_reset"})
@@ -61,7 +61,7 @@ def login_failed(request, username: str) -> Throttled | None:
     return throttle_count(request, name="login-username", key=_digest(username))
 
 
-@receiver(user_login_failed, dispatch_uid="seckill.throttles.login_failed")
+@receiver(user_login_failed, dispatch_uid="accounts.throttles.login_failed")
 def _on_login_failed(sender, credentials, request=None, **kwargs):
     if request is None or request.method != "POST":
         return
