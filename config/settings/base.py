@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "payments",
+    "accounts",
     "inventory",
     "seckill",
     "orders",
@@ -64,7 +65,7 @@ MIDDLEWARE = [
     # A view's or a template's database error while the database is away becomes a 503.
     "seckill.middleware.DatabaseAwayMiddleware",
     # The login and password-reset throttles (docs/GATES.md); their 429 page.
-    "seckill.throttles.AccountThrottleMiddleware",
+    "accounts.throttles.AccountThrottleMiddleware",
     # Last, as django-axes asks: turns a lockout into its 429 answer.
     "axes.middleware.AxesMiddleware",
 ]
