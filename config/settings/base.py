@@ -379,10 +379,14 @@ def payment_variants(provider: str) -> dict[str, tuple[str, dict]]:
 
 PAYMENT_VARIANTS = payment_variants(PAYMENT_PROVIDER)
 
-# --- Mail (password reset) -------------------------------------------------------------
+# --- Mail (password reset, the order mails: accounts.mail, orders.mails) ---------------
 # EMAIL_URL in django-environ's form: smtp+tls://user:password@host:587, smtps://…,
-# consolemail:// (the mail printed to the log), filemail:///path. Production requires it.
-EMAIL_URL = env("EMAIL_URL", default="consolemail://")
+# consolemail:// (the mail printed to the log), filemail:///path; or, without it, SMTP to
+# EMAIL_HOST (EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS). Neither:
+# the console here; production sends to localhost:25 and its deploy check warns (accounts.W001).
+EMAIL_URL = env("EMAIL_URL", default="")
+EMAIL_HOST = env("EMAIL_HOST", default="")
+EMAIL_CONFIGURED = bool(EMAIL_URL or EMAIL_HOST)
 
 
 def email_settings(url: str) -> dict:
@@ -401,8 +405,28 @@ def email_settings(url: str) -> dict:
     }
 
 
-globals().update(email_settings(EMAIL_URL))
+def email_host_settings(host: str) -> dict:
+    """Django's EMAIL_* settings for SMTP to ``host``, the rest from EMAIL_PORT and friends."""
+    return {
+        **email_settings("smtp://"),
+        "EMAIL_HOST": host,
+        "EMAIL_PORT": env.int("EMAIL_PORT", default=25),
+        "EMAIL_HOST_USER": env("EMAIL_HOST_USER", default=""),
+        "EMAIL_HOST_PASSWORD": env("EMAIL_HOST_PASSWORD", default=""),
+        "EMAIL_USE_TLS": env.bool("EMAIL_USE_TLS", default=False),
+    }
+
+
+globals().update(
+    email_settings(EMAIL_URL)
+    if EMAIL_URL
+    else email_host_settings(EMAIL_HOST)
+    if EMAIL_HOST
+    else email_settings("consolemail://")
+)
 DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="webmaster@localhost")
+# The reminder mail goes when this share of an order's pay window is left (0: no reminder).
+ORDER_MAIL_REMINDER_SHARE = env.float("ORDER_MAIL_REMINDER_SHARE", default=0.25)
 
 # Logs: every line carries the request id; DJANGO_LOG_FORMAT=json for one JSON object per line.
 LOG_FORMAT = env("DJANGO_LOG_FORMAT", default="plain")
@@ -449,4 +473,5 @@ CELERY_BEAT_SCHEDULE = {
         "task": "orders.tasks.orders_expire_overdue_task",
         "schedule": SECKILL_EXPIRY_SWEEP_INTERVAL,
     },
+    "orders-mail-reminders": {"task": "orders.mails.order_reminders_task", "schedule": 30.0},
 }
