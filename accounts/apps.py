@@ -6,5 +6,5 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts"
 
     def ready(self) -> None:
-        # The login-failure throttle and the language kept at login are signal receivers.
-        from . import signals, throttles  # noqa: F401
+        # The deploy check, the login-failure throttle and the language kept at login register here.
+        from . import checks, signals, throttles  # noqa: F401

@@ -204,12 +204,28 @@ def test_the_known_development_secrets_are_the_development_settings_defaults():
             assert secret in DEVELOPMENT_SECRETS, secret
 
 
-def test_production_refuses_to_start_without_a_mail_url():
+MAIL_SETTINGS = (
+    "from django.conf import settings as s; print(s.EMAIL_BACKEND, s.EMAIL_HOST, s.EMAIL_PORT, s.EMAIL_USE_TLS)"
+)
+
+
+def mail_settings(env: dict) -> list[str]:
+    return manage("shell", "-c", MAIL_SETTINGS, env=env).stdout.strip().splitlines()[-1].split()
+
+
+def test_production_without_a_mail_server_starts_and_its_deploy_check_warns():
     env = production_env()
     env.pop("EMAIL_URL")
-    result = manage("check", env=env)
-    assert result.returncode != 0
-    assert "EMAIL_URL" in result.stderr
+    assert manage("check", env=env).returncode == 0
+    deploy = manage("check", "--deploy", env=env)
+    assert deploy.returncode == 0 and "accounts.W001" in deploy.stderr + deploy.stdout
+    assert mail_settings(env) == ["django.core.mail.backends.smtp.EmailBackend", "localhost", "25", "False"]
+
+
+def test_production_mail_server_from_email_host_and_friends():
+    env = production_env(EMAIL_HOST="mail.example.com", EMAIL_PORT="587", EMAIL_USE_TLS="true")
+    env.pop("EMAIL_URL")
+    assert mail_settings(env) == ["django.core.mail.backends.smtp.EmailBackend", "mail.example.com", "587", "True"]
 
 
 # --- connection URLs never shown: debug pages and logs -----------------------------------
