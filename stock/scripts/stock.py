@@ -177,21 +177,21 @@ def run_claim_settle(
 def run_shard_release(
     client: StockRedis, shard_keys: ActivityKeys, *, reservation_id: str, quantity: int, units_back: bool = True
 ) -> bool:
+    args: list[str | int] = [reservation_id, quantity, "1" if units_back else "0"]
     with script_timer("shard_release"):
         released = SHARD_RELEASE(
-            keys=[shard_keys.stock, shard_keys.log, shard_keys.loaded, shard_keys.restocks],
-            args=[reservation_id, quantity, "1" if units_back else "0"],
-            client=client,
+            keys=[shard_keys.stock, shard_keys.log, shard_keys.loaded, shard_keys.restocks], args=args, client=client
         )
-    return bool(released)
+    return bool(refused_raised("shard_release", released, args))
 
 
 def run_shard_return(client: StockRedis, shard_keys: ActivityKeys, *, order_no: str, quantity: int) -> bool:
+    args: list[str | int] = [order_no, quantity]
     with script_timer("shard_return"):
         returned = SHARD_RETURN(
-            keys=[shard_keys.stock, shard_keys.returned, shard_keys.restocks], args=[order_no, quantity], client=client
+            keys=[shard_keys.stock, shard_keys.returned, shard_keys.restocks], args=args, client=client
         )
-    return bool(returned)
+    return bool(refused_raised("shard_return", returned, args))
 
 
 def purchase_script_call(keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0) -> dict:
@@ -225,21 +225,18 @@ def run_release(
     live_reservation_id: str = "",
     units_back: bool = True,
 ) -> bool:
+    args: list[str | int] = [
+        reservation_id,
+        user_id,
+        quantity,
+        "1" if free_participant else "0",
+        reason,
+        live_reservation_id,
+        "1" if units_back else "0",
+    ]
     with script_timer("release"):
-        released = RELEASE(
-            keys=[keys.stock, keys.users, keys.log, keys.failed, keys.loaded],
-            args=[
-                reservation_id,
-                user_id,
-                quantity,
-                "1" if free_participant else "0",
-                reason,
-                live_reservation_id,
-                "1" if units_back else "0",
-            ],
-            client=client,
-        )
-    return bool(released)
+        released = RELEASE(keys=[keys.stock, keys.users, keys.log, keys.failed, keys.loaded], args=args, client=client)
+    return bool(refused_raised("release", released, args))
 
 
 def run_return(

@@ -11,7 +11,13 @@
 --         such units (its guard refused them), so Redis was loaded with them by mistake:
 --         they leave ``loaded`` instead, and are never sold again
 --
--- Returns 1 when released, 0 when it had been released (or ordered) before.
+-- Returns 1 when released, 0 when it had been released (or ordered) before, -4 for
+-- invalid arguments.
+-- Every argument is checked (prelude.lua's whole()) before the first write: a quantity
+-- that is no whole number would fail after the XDEL, and a negative one take units.
+if (ARGV[1] or '') == '' or not whole(ARGV[2], 1) or not whole(ARGV[3], 1) then
+  return -4
+end
 if redis.call('XDEL', KEYS[3], ARGV[1]) == 0 then
   return 0
 end

@@ -7,7 +7,11 @@
 -- ARGV[1] reservation id   ARGV[2] quantity
 -- ARGV[3] "1": back on sale; "0": the database has no such units, they leave ``loaded``
 --
--- Returns 1 when released, 0 when it had been released (or ordered) before.
+-- Returns 1 when released, 0 when it had been released (or ordered) before, -4 for
+-- invalid arguments (checked with prelude.lua's whole() before the first write).
+if (ARGV[1] or '') == '' or not whole(ARGV[2], 1) then
+  return -4
+end
 if redis.call('XDEL', KEYS[2], ARGV[1]) == 0 then
   return 0
 end

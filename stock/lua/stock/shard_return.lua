@@ -6,7 +6,11 @@
 -- ARGV[1] order number   ARGV[2] quantity
 --
 -- Returns 1 when returned now, 0 when it had been returned before or the shard has no
--- stock key (nothing recorded then: the next warm-up returns it, as in return.lua).
+-- stock key (nothing recorded then: the next warm-up returns it, as in return.lua);
+-- -4 for invalid arguments (checked with prelude.lua's whole() before the first write).
+if (ARGV[1] or '') == '' or not whole(ARGV[2], 1) then
+  return -4
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
