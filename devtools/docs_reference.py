@@ -10,6 +10,7 @@ collector's reads fail and are skipped). `make docs` runs it through devtools/do
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -23,8 +24,7 @@ PLACEHOLDERS = {
     "DATABASE_URL": "postgres://127.0.0.1:9/docs",
     "REDIS_URL": "redis://127.0.0.1:9/0",
 }
-# The apps whose commands the reference lists (Django's own are documented by Django).
-PROJECT_APPS = ("accounts", "core", "inventory", "orders", "seckill", "stock")
+REPO = Path(__file__).resolve().parent.parent
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
@@ -112,13 +112,21 @@ def commands_page() -> str:
         "",
     ]
     for name, app in sorted(get_commands().items()):
-        if app.split(".")[0] not in PROJECT_APPS:
+        if not _ours(app):  # Django's and the libraries' commands are documented by them
             continue
         command = load_command_class(app, name)
         parser = command.create_parser("manage.py", name)
         help_text = parser.format_help()
         lines += [f"## {name}", "", f"From `{app}`.", "", "```text", help_text.rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def _ours(app: str) -> bool:
+    spec = importlib.util.find_spec(app)
+    if spec is None or spec.origin is None:
+        return False
+    origin = Path(spec.origin).resolve()
+    return origin.is_relative_to(REPO) and not origin.is_relative_to(Path(sys.prefix).resolve())  # not the virtualenv
 
 
 def metrics_page() -> str:
@@ -166,7 +174,7 @@ def schema() -> dict[str, Any]:
 def main(outdir: str) -> None:
     for name, value in PLACEHOLDERS.items():
         os.environ[name] = value  # the build's own, whatever the shell holds
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(REPO))
     import django
 
     django.setup()
