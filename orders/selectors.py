@@ -2,7 +2,7 @@
 evidence behind an anomaly and the figures of an activity's report."""
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 from django.contrib.auth.models import AbstractUser, AnonymousUser
@@ -16,7 +16,7 @@ from stock.layout import StockLayout
 from stock.redis_client import stock_redis
 from stock.scripts import LogEntry, parse_log_entry
 
-from .models import AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary, ShippingAddress, activity_model
+from .models import AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary, ShippingAddress
 
 SaleModel = TypeVar("SaleModel", bound=Model)
 
@@ -50,12 +50,6 @@ def sales_visible_to(*, user: AbstractUser | AnonymousUser, sales: type[SaleMode
     through a foreign key (``field.related_model``, ``models.activity_model()``), never
     by an import: orders sits below the sale in the layers."""
     return sales._default_manager.filter(sales_visible_filter(user))
-
-
-def activities_visible_to(*, user: AbstractUser | AnonymousUser) -> QuerySet[Any]:
-    """Transitional, for seckill/admin/activities.py alone: the sale's own helper belongs
-    in seckill; once it has one, delete this (orders itself calls ``sales_visible_to``)."""
-    return sales_visible_to(user=user, sales=activity_model())
 
 
 def orders_visible_to(*, user: AbstractUser | AnonymousUser) -> QuerySet[Order]:

@@ -158,8 +158,8 @@ class Activity(models.Model):
     # The shuffle's seed, kept here once published (the room's Redis keys go at the close).
     room_seed = models.CharField(max_length=64, blank=True, editable=False)
     # The merchant who runs the sale: the admin shows a merchant only their own sales and
-    # those sales' orders (orders.selectors.activities_visible_to). PROTECT, not SET_NULL:
-    # a sale's orders, addresses and revenue keep a merchant answerable for them, so an
+    # those sales' orders (the one rule: orders.selectors.sales_visible_filter). PROTECT,
+    # not SET_NULL: a sale's orders, addresses and revenue keep a merchant answerable for them, so an
     # account that still owns sales is deactivated, or its sales handed to another merchant
     # by a superuser, before it can be deleted. Null: a sale made before owners were
     # recorded, or left to the shop; only staff who see every sale see it.

@@ -1,39 +1,35 @@
-from datetime import datetime, timedelta
+"""The sale's admin: its list, its change form and what saving and deleting do. The
+actions live in actions.py, the sale's own pages and links in pages.py, the form's
+words and locks in forms.py."""
+
 from typing import cast
 
 import redis
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Field, Q
-from django.http import HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
-from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from inventory.models import SeckillStock, StockMovement
 from inventory.services import InsufficientStock
-from orders.models import AnomalyOrder, Order, ReconciliationReport
-from orders.selectors import activities_visible_to, sales_visible_filter, sees_every_sale
-from seckill.admin.dashboard import SaleStatus, live_figures, sale_status, sale_statuses
-from seckill.models import Activity, BlacklistEntry, ShopperProfile
-from seckill.purchase.shoppers import blacklist_entries_delete, blacklist_entry_save, shopper_profile_save
-from seckill.room.queue import room_pause
+from orders.models import Order, ReconciliationReport
+from orders.selectors import sales_visible_filter, sees_every_sale
+from seckill.admin.actions import ActivityActionsMixin
+from seckill.admin.dashboard import SaleStatus, sale_status, sale_statuses
+from seckill.admin.filters import SaleStatusFilter
+from seckill.admin.forms import FORM_WORDS, LOCKED_SHOWN, ROOM_FIELDS, LockedFieldsForm, stored_activity
+from seckill.admin.pages import ActivityPagesMixin, orders_url
+from seckill.models import Activity
 from seckill.room.status import room_figures
 from seckill.sale.activities import (
     SHARDS_CHANGE_LEAD,
     ActivityChangeRefused,
-    activity_duplicate,
-    activity_edit_refusal,
     activity_locked_fields,
     activity_owner_set,
     activity_save,
 )
-from seckill.sale.lifecycle import WarmupError, activity_stop_selling, activity_warmup
-from seckill.sale.pages import activity_page_publish
 
 
 class SeckillStockInline(admin.StackedInline):
@@ -54,117 +50,8 @@ class SeckillStockInline(admin.StackedInline):
         return obj.available - obj.reserve
 
 
-def _stored(obj: Activity) -> Activity:
-    """The row as stored: a refused form has written its posted values into ``obj``."""
-    return Activity.objects.filter(pk=obj.pk).first() or obj
-
-
-class _LockedFieldsForm(forms.ModelForm):
-    """Refuses, with the service's words, a posted change of a field that is locked."""
-
-    locked_fields: dict[str, forms.Field] = {}
-    stored: Activity
-
-    def clean(self):
-        cleaned = super().clean() or {}
-        changed = [name for name, field in self.locked_fields.items() if self._posted_change(name, field)]
-        changed += self.changed_data  # the editable ones (a shard change checks the new start)
-        refusal = activity_edit_refusal(
-            stored=self.stored,
-            changed=changed,
-            end_at=cleaned.get("end_at"),
-            start_at=cleaned.get("start_at") or self.stored.start_at,
-            now=timezone.now(),
-        )
-        if refusal:
-            raise ValidationError(f"Not saved: {refusal}.")
-        return cleaned
-
-    def _posted_change(self, name: str, field: forms.Field) -> bool:
-        posted = field.widget.value_from_datadict(self.data, self.files, self.add_prefix(name))
-        if posted is None or (isinstance(posted, list) and not any(posted)):
-            return False  # not posted: the page showed it read-only
-        initial = getattr(self.stored, name)
-        if hasattr(initial, "microsecond"):
-            initial = initial.replace(microsecond=0)  # as the page showed it
-        return field.has_changed(initial, posted)
-
-
-# The admin wears the shop's name, as its pages do (templates/base.html).
-admin.site.site_header = "Flash sale · shop admin"
-admin.site.site_title = "Flash sale admin"
-admin.site.index_title = "Run the shop"
-
-# The sale form's words for merchants (the model's help speaks of settings names).
-FORM_WORDS = {
-    "seckill_price": ("Sale price", None),
-    "safety_stock": (None, "Units kept out of the sale, for corrections after a fault."),
-    "shards": ("Stock parts", None),
-    "rate_per_user": (None, 'Purchases one shopper may try, e.g. "5/s"; "off": no limit; blank: the shop\'s default.'),
-    "rate_per_ip": (None, 'Purchases one address may try, e.g. "50/s"; "off": no limit; blank: the shop\'s default.'),
-    "admission_rate": (
-        None,
-        "Purchases per second let through to the stock, all shoppers together; 0: no cap; blank: the shop's default.",
-    ),
-    "min_member_level": (None, "Shoppers below this membership level may not buy; blank: no rule."),
-    "min_account_age_days": (None, "Accounts younger than this may not buy; blank: no rule."),
-}
-
-
-# Locked fields shown read-only through these (the model's label and help are not for merchants).
-LOCKED_SHOWN = {"seckill_price": "locked_sale_price", "safety_stock": "locked_safety_stock"}
-
-
-class SaleStatusFilter(admin.SimpleListFilter):
-    """The lifecycle in the status badge's words (sold out is a live sale with nothing left:
-    the database alone cannot tell it, so it is listed under "live")."""
-
-    title = "status"
-    parameter_name = "sale"
-
-    def lookups(self, request, model_admin):
-        return [
-            (SaleStatus.SCHEDULED, "scheduled"),
-            (SaleStatus.WARMING, "warming"),
-            (SaleStatus.LIVE, "live or sold out"),
-            (SaleStatus.ENDED, "ended"),
-        ]
-
-    def queryset(self, request, queryset):
-        now = timezone.now()
-        upcoming = Q(start_at__gt=now) & ~Q(status=Activity.Status.ENDED)
-        ended = Q(status=Activity.Status.ENDED) | Q(end_at__lte=now)
-        match self.value():
-            case SaleStatus.SCHEDULED:
-                return queryset.filter(upcoming, status=Activity.Status.SCHEDULED)
-            case SaleStatus.WARMING:
-                return queryset.filter(upcoming, status=Activity.Status.WARMED)
-            case SaleStatus.LIVE:
-                return queryset.filter(start_at__lte=now).exclude(ended)
-            case SaleStatus.ENDED:
-                return queryset.filter(ended)
-        return queryset
-
-
-def duplicate_start(now: datetime) -> datetime:
-    """A copy's start: the next whole hour at least an hour from now (the merchant edits it)."""
-    later = now + timedelta(hours=1)
-    return later.replace(minute=0, second=0, microsecond=0) + (
-        timedelta(hours=1) if later.minute or later.second else timedelta(0)
-    )
-
-
-def _duplicate_title(title: str) -> str:
-    suffix = " (copy)"
-    return title if title.endswith(suffix) else (title[: 200 - len(suffix)] + suffix)
-
-
-# The waiting room's settings (seckill.room): each has a default.
-ROOM_FIELDS = frozenset({"admission_mode", "room_prequeue_minutes", "room_rate", "room_cap", "room_window_seconds"})
-
-
 @admin.register(Activity)
-class ActivityAdmin(admin.ModelAdmin):
+class ActivityAdmin(ActivityPagesMixin, ActivityActionsMixin, admin.ModelAdmin):
     # Explicit: the model's ordering is dropped by the counts' GROUP BY (autocomplete pages).
     ordering = ("-start_at", "-pk")
     list_display = [
@@ -338,107 +225,12 @@ class ActivityAdmin(admin.ModelAdmin):
         allowed = getattr(self, "_links", {})
         shown = [(reverse("admin:seckill_activity_live", args=[obj.pk]), "live view")]
         if allowed.get("orders"):
-            shown.append((_orders_url(obj.pk), "orders"))
+            shown.append((orders_url(obj.pk), "orders"))
         if allowed.get("report"):
             shown.append((reverse("admin:orders_reconciliationreport_activity", args=[obj.pk]), "report"))
         shown.append((self.view_on_site(obj), "on site"))
         # One per line: the list fits 1280 px beside the navigation and the filters.
         return format_html('<span class="sale-links">{}</span>', format_html_join("", '<a href="{}">{}</a>', shown))
-
-    def _allowed_links(self, request) -> dict[str, bool]:
-        """Which of the other pages this user may open: no link answers 403."""
-        registry = self.admin_site._registry
-        orders, reports = registry.get(Order), registry.get(ReconciliationReport)
-        return {
-            "orders": orders is not None and orders.has_view_permission(request),
-            # The orders admin says who may read a sale's report (merchants too).
-            "report": reports is not None
-            and getattr(reports, "may_see_activity_report", reports.has_view_permission)(request),
-        }
-
-    # --- the live view, the change page's links, the copy --------------------------------
-
-    def get_urls(self):
-        view = self.admin_site.admin_view
-        return [
-            path("<int:activity_id>/live/", view(self.live_view), name="seckill_activity_live"),
-            path("<int:activity_id>/live.json", view(self.live_json), name="seckill_activity_live_json"),
-            path("<int:activity_id>/duplicate/", view(self.duplicate_view), name="seckill_activity_duplicate"),
-            *super().get_urls(),
-        ]
-
-    def _viewable(self, request, activity_id: int) -> Activity:
-        """The sale, if this user may see it; another merchant's answers as a missing one (404)."""
-        activity = get_object_or_404(activities_visible_to(user=request.user).select_related("product"), pk=activity_id)
-        if not self.has_view_permission(request, activity):
-            raise PermissionDenied
-        return activity
-
-    def live_view(self, request, activity_id: int):
-        activity = self._viewable(request, activity_id)
-        allowed = self._allowed_links(request)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"Live: {activity}",
-            "activity": activity,
-            "figures": live_figures(activity=activity),
-            "json_url": reverse("admin:seckill_activity_live_json", args=[activity.pk]),
-            "orders_url": _orders_url(activity.pk) if allowed["orders"] else None,
-            "report_url": reverse("admin:orders_reconciliationreport_activity", args=[activity.pk])
-            if allowed["report"]
-            else None,
-            "anomalies_url": _anomalies_url(activity.pk) if self._may_view(request, AnomalyOrder) else None,
-            "opts": self.model._meta,
-            "has_view_permission": True,
-        }
-        return TemplateResponse(request, "admin/seckill/activity/live.html", context)
-
-    def live_json(self, request, activity_id: int):
-        activity = self._viewable(request, activity_id)
-        return JsonResponse(live_figures(activity=activity))  # admin_view: never cached
-
-    def _may_view(self, request, model) -> bool:
-        model_admin = self.admin_site._registry.get(model)
-        return model_admin is not None and model_admin.has_view_permission(request)
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra = dict(extra_context or {})
-        visible = activities_visible_to(user=request.user)
-        activity = visible.filter(pk=object_id).first() if str(object_id).isdigit() else None
-        if activity is not None:
-            allowed = self._allowed_links(request)
-            extra["sale_links"] = [
-                (reverse("admin:seckill_activity_live", args=[activity.pk]), "Live view"),
-                *([(_orders_url(activity.pk), "Orders")] if allowed["orders"] else []),
-                *(
-                    [(reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]), "Report")]
-                    if allowed["report"]
-                    else []
-                ),
-            ]
-            extra["can_duplicate"] = self.has_add_permission(request)
-            extra["duplicate_url"] = reverse("admin:seckill_activity_duplicate", args=[activity.pk])
-        return super().change_view(request, object_id, form_url, extra)
-
-    def duplicate_view(self, request, activity_id: int):
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        activity = self._viewable(request, activity_id)
-        if not self.has_add_permission(request):
-            raise PermissionDenied
-        copy = self._duplicate(request, activity)
-        return HttpResponseRedirect(reverse("admin:seckill_activity_change", args=[copy.pk]))
-
-    def _duplicate(self, request, activity: Activity) -> Activity:
-        start = duplicate_start(timezone.now())
-        copy = activity_duplicate(activity=activity, start_at=start, title=_duplicate_title(activity.title))
-        self.message_user(
-            request,
-            f'"{copy}" is a new scheduled sale starting {timezone.localtime(start):%b %d %H:%M}: '
-            "check its start and stock, then save.",
-            messages.SUCCESS,
-        )
-        return copy
 
     # --- deleting -------------------------------------------------------------------------
 
@@ -486,7 +278,7 @@ class ActivityAdmin(admin.ModelAdmin):
             # Only a superuser hands a sale to another merchant; the others see the name.
             fields += ["owner", "merchant"]
         if obj is not None:
-            locked = activity_locked_fields(activity=_stored(obj))
+            locked = activity_locked_fields(activity=stored_activity(obj))
             fields += [*locked, *(LOCKED_SHOWN[name] for name in locked if name in LOCKED_SHOWN)]
         return fields
 
@@ -496,7 +288,7 @@ class ActivityAdmin(admin.ModelAdmin):
         swap = {} if request.user.is_superuser else {"owner": "merchant"}
         if obj is not None:
             # A locked field shows the model's label and help; these show merchants' words.
-            locked = activity_locked_fields(activity=_stored(obj))
+            locked = activity_locked_fields(activity=stored_activity(obj))
             swap |= {name: shown for name, shown in LOCKED_SHOWN.items() if name in locked}
         return [
             (title, {**opts, "fields": [swap.get(f, f) if isinstance(f, str) else f for f in opts["fields"]]})
@@ -542,96 +334,14 @@ class ActivityAdmin(admin.ModelAdmin):
         form = super().get_form(request, obj, change=change, **kwargs)
         if obj is None:
             return form
-        stored = _stored(obj)
+        stored = stored_activity(obj)
         # The locked fields are read-only, so the form ignores them; a page opened before
         # the lock still posts them, and that change is refused aloud, not dropped silently.
         locked = {
             name: self.formfield_for_dbfield(cast(Field, Activity._meta.get_field(name)), request)
             for name in activity_locked_fields(activity=stored)
         }
-        return type(form.__name__, (_LockedFieldsForm, form), {"locked_fields": locked, "stored": stored})
-
-    # --- actions (each offered only to who may run it: ``permissions``) -------------------
-
-    def _run(self, request, queryset, action, verb):
-        for activity in queryset:
-            try:
-                said = action(activity)
-            except (WarmupError, redis.RedisError) as exc:
-                self.message_user(request, f"{activity}: {verb} failed: {exc}", messages.ERROR)
-            else:
-                self.message_user(request, f"{activity}: {said}", messages.SUCCESS)
-
-    @admin.action(description="Load the stock now (warm up)", permissions=["change"])
-    def warm_up(self, request, queryset):
-        self._run(request, queryset, lambda a: _loaded_words(activity_warmup(activity_id=a.pk)), "loading the stock")
-
-    @admin.action(description="Reload the stock from the orders (force re-warm)", permissions=["change"])
-    def force_rewarm(self, request, queryset):
-        self._run(
-            request,
-            queryset,
-            lambda a: _loaded_words(activity_warmup(activity_id=a.pk, force=True)),
-            "reloading the stock",
-        )
-
-    @admin.action(description="End now and clean up", permissions=["change"])
-    def end_and_clean_up(self, request, queryset):
-        from seckill.tasks import activity_close_task
-
-        now = timezone.now()
-        started = []
-        for activity in queryset:
-            if activity.start_at > now:
-                # Ending it now would end it before its start: the database refuses that.
-                self.message_user(
-                    request,
-                    f"{activity}: not ended, it has not started (move its dates, or delete it while no order exists).",
-                    messages.WARNING,
-                )
-                continue
-            activity_stop_selling(activity_id=activity.pk)
-            started.append(activity)
-        # Closing waits one activity-cache lifetime so that no web process still sells.
-        self._run(
-            request,
-            started,
-            lambda a: (
-                activity_close_task.apply_async(args=[a.pk], countdown=3)
-                and "ended; the last orders are written and the stock settled in a few seconds"
-            ),
-            "ending",
-        )
-
-    @admin.action(description="Publish the sale page (files for the CDN)", permissions=["change"])
-    def publish(self, request, queryset):
-        for activity in queryset:
-            paths = activity_page_publish(activity_id=activity.pk)
-            self.message_user(request, f"{activity}: page published ({len(paths)} files).", messages.SUCCESS)
-
-    @admin.action(description="Pause the waiting room", permissions=["change"])
-    def pause_room(self, request, queryset):
-        self._room_pause(request, queryset, paused=True)
-
-    @admin.action(description="Resume the waiting room", permissions=["change"])
-    def resume_room(self, request, queryset):
-        self._room_pause(request, queryset, paused=False)
-
-    def _room_pause(self, request, queryset, *, paused: bool) -> None:
-        def pause(activity: Activity) -> str:
-            room_pause(activity.pk, paused=paused)
-            return "waiting room paused" if paused else "waiting room resumed"
-
-        for activity in queryset:
-            if activity.admission_mode != Activity.AdmissionMode.ROOM:
-                self.message_user(request, f"{activity}: has no waiting room.", messages.WARNING)
-                continue
-            self._run(request, [activity], pause, "pausing" if paused else "resuming")
-
-    @admin.action(description="Duplicate as a new scheduled sale", permissions=["add"])
-    def duplicate(self, request, queryset):
-        for activity in queryset:
-            self._duplicate(request, activity)
+        return type(form.__name__, (LockedFieldsForm, form), {"locked_fields": locked, "stored": stored})
 
 
 def _delete_refusal(activity: Activity) -> str | None:
@@ -643,44 +353,3 @@ def _delete_refusal(activity: Activity) -> str | None:
     if activity.status == Activity.Status.WARMED:
         return 'its stock is loaded for the sale; end it first with "End now and clean up"'
     return None
-
-
-def _loaded_words(result) -> str:
-    return (
-        f"stock loaded: {result.remaining} units on sale, {result.unordered_units} reserved and not yet ordered "
-        f"(the database has {result.db_available} of {result.db_total} available)."
-    )
-
-
-def _orders_url(activity_id: int) -> str:
-    return f"{reverse('admin:orders_order_changelist')}?activity__id__exact={activity_id}"
-
-
-def _anomalies_url(activity_id: int) -> str:
-    return f"{reverse('admin:orders_anomalyorder_changelist')}?activity__id__exact={activity_id}&status__exact=open"
-
-
-@admin.register(BlacklistEntry)
-class BlacklistEntryAdmin(admin.ModelAdmin):
-    list_display = ["kind", "value", "reason", "expires_at", "created_at"]
-    list_filter = ["kind"]
-    search_fields = ["value", "reason"]
-
-    def save_model(self, request, obj, form, change):
-        blacklist_entry_save(entry=obj)
-
-    def delete_model(self, request, obj):
-        blacklist_entries_delete(queryset=BlacklistEntry.objects.filter(pk=obj.pk))
-
-    def delete_queryset(self, request, queryset):
-        blacklist_entries_delete(queryset=queryset)
-
-
-@admin.register(ShopperProfile)
-class ShopperProfileAdmin(admin.ModelAdmin):
-    list_display = ["user", "member_level", "updated_at"]
-    search_fields = ["user__username"]
-    autocomplete_fields = ["user"]
-
-    def save_model(self, request, obj, form, change):
-        shopper_profile_save(profile=obj)
