@@ -150,7 +150,7 @@ def activities_autowarm_task() -> None:
         try:
             if activity.status == Activity.Status.SCHEDULED or redis_remaining(activity.pk) is None:
                 result = activity_warmup(activity_id=activity.pk, force=True)
-                logger.warning("auto warm-up: %s", result)
+                logger.info("auto warm-up: %s", result)
         except (WarmupError, redis.RedisError) as exc:
             logger.error("auto warm-up of activity %s failed: %s", activity.pk, exc)
     if near and settings.SECKILL_TOKEN_AUTO_FILL:
@@ -162,7 +162,7 @@ def activities_autowarm_task() -> None:
             logger.error("auto token cache fill failed, the next run retries: %s", exc)
         else:
             if filled is not None:
-                logger.warning("auto token cache fill: %d tokens cached", filled)
+                logger.info("auto token cache fill: %d tokens cached", filled)
 
 
 @shared_task

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import secrets
 import time
@@ -69,3 +70,40 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+# What a browser or a load balancer asks again every second or few: the sale's flag (and
+# its script), the waiting room's status, a purchase's result, the health probes. Each
+# answer that went well is one access line per shopper per poll — most of the log.
+POLL_PATH = re.compile(r"^(/api/activities/\d+/(flag|room|result)|/seckill/\d+/flag\.js|/api/ping|/healthz)(\?|$)")
+
+
+class QuietPollFilter(logging.Filter):
+    """Drop uvicorn's access line of a poll answered 2xx/3xx (``quiet``: unless
+    ``DJANGO_LOG_POLLS=true``). A poll that failed is logged as any request. On the
+    ``uvicorn.access`` logger (server.worker), whose handlers gunicorn sets."""
+
+    def __init__(self, quiet: bool | None = None):
+        super().__init__()
+        if quiet is None:
+            quiet = os.environ.get("DJANGO_LOG_POLLS", "").lower() not in ("1", "true", "yes", "on")
+        self.quiet = quiet
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # uvicorn's access record: (client, method, path with query, HTTP version, status).
+        args = record.args
+        if not self.quiet or not isinstance(args, tuple) or len(args) != 5:
+            return True
+        path, status = args[2], args[4]
+        return not (isinstance(status, int) and status < 400 and POLL_PATH.match(str(path)))
+
+
+class ClientErrorFilter(logging.Filter):
+    """On the console: leave out ``django.request``'s WARNING line of a 4xx answer ("Not
+    Found: /x"), whose request already has its access line (status, path, client): one
+    line per request. The record itself stays (for tests, for other handlers). A 5xx is
+    printed, with its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        return not (record.name == "django.request" and isinstance(status, int) and 400 <= status < 500)

@@ -27,10 +27,13 @@ socket's, as under any WSGI server.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _HttpToolsProtocol
 from uvicorn_worker import UvicornWorker as _UvicornWorker
+
+from server.request_log import QuietPollFilter
 
 # A request head (request line and headers) must arrive within this many seconds of its
 # first byte — or of the connection, for its first request — and be at most this large
@@ -39,6 +42,8 @@ HEAD_TIMEOUT = float(os.environ.get("WEB_HEAD_TIMEOUT", "10"))
 HEAD_MAX = 64 * 1024
 # Connections and requests in progress per worker before uvicorn answers 503.
 LIMIT_CONCURRENCY = int(os.environ.get("WEB_LIMIT_CONCURRENCY", "2048"))
+# The polls that went well are not in the access log (DJANGO_LOG_POLLS=true: they are).
+logging.getLogger("uvicorn.access").addFilter(QuietPollFilter())
 
 
 def _refusal(status: str, code: str, detail: str) -> bytes:

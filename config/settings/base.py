@@ -436,6 +436,7 @@ LOGGING = {
     "filters": {
         "request_id": {"()": "server.request_log.RequestIdFilter"},
         "expected_rejections": {"()": "core.log_filters.ExpectedRejectionFilter"},
+        "client_errors": {"()": "server.request_log.ClientErrorFilter"},
         "url_passwords": {"()": "core.safety.UrlPasswordFilter"},
     },
     "formatters": {
@@ -446,7 +447,8 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_FORMAT == "json" else "plain",
-            "filters": ["request_id", "url_passwords"],
+            # A 4xx's "Not Found: /x" is left out: its access line says it (one line a request).
+            "filters": ["request_id", "url_passwords", "client_errors"],
         }
     },
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
@@ -455,6 +457,8 @@ LOGGING = {
         # Django logs every 4xx at WARNING; 409/410/429 are a flash sale's expected answer
         # to almost every request and are not logged one by one (core/log_filters.py).
         "django.request": {"filters": ["expected_rejections"]},
+        # Django's own console handler (DEBUG only) printed each of its lines a second time.
+        "django": {"handlers": []},
     },
 }
 

@@ -281,7 +281,15 @@ def activity_identity_check(*, activity_id: int) -> list[str]:
     differences = identity_differences(activity.redis_identity, stock_identity(client, layout))
     if not differences:
         return []
-    logger.error("seckill.redis_identity activity=%s: %s; deriving the stock again", activity_id, differences)
+    # Another server with the same epochs is a restart or a failover that kept every write:
+    # routine. An epoch not the warm-up's means writes were lost (a restore, a flush).
+    lost = any("epoch" in difference for difference in differences)
+    logger.log(
+        logging.WARNING if lost else logging.INFO,
+        "seckill.redis_identity activity=%s: %s; deriving the stock again",
+        activity_id,
+        differences,
+    )
     for keys in layout.shard_keys:
         client.delete(keys.stock)
     activity_warmup(activity_id=activity_id, force=True)
