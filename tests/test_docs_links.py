@@ -215,6 +215,13 @@ def test_repository_paths_expand_braces_and_globs():
     assert not path_exists("seckill/gates.py")
 
 
+def test_the_readme_stays_a_front_page():
+    """Issue 41: what it is, the two commands, a picture, where to go next; the rest is in docs/."""
+    readme = (BASE_DIR / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    assert "make run" in readme and "make test" in readme and "![" in readme
+
+
 def test_the_documents_have_links_to_check():
     assert len(documents()) > 3
     assert sum(len(links(doc)) for doc in documents()) > 20
