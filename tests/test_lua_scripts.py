@@ -7,9 +7,12 @@ and on every primary of a real Redis Cluster."""
 import re
 
 import pytest
+import redis
 
 import stock.scripts  # noqa: F401  (registers every script)
+from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
+from stock.scripts import ADMISSION, FREEZE, ROOM_JOIN, ROOM_TICK
 from stock.scripts.loader import LUA_DIR, PRELUDE, REGISTERED, script_source
 
 DOMAINS = ("stock", "gates", "room")
@@ -70,6 +73,44 @@ def test_each_header_states_its_keys_and_argv(name):
     used = set(re.findall(r"\b(KEYS|ARGV)\[(\d+)\]", lua_files()[name]))
     stated = set(re.findall(r"\b(KEYS|ARGV)\[(\d+)", opening))
     assert used <= stated, f"{name}.lua uses {sorted(used - stated)} without stating them in its header"
+
+
+def room_keys(keys: ActivityKeys) -> list[str]:
+    return [keys.room_state, keys.room_queue, keys.room_active, keys.room_admitted, keys.stock, keys.room_rate_samples]
+
+
+# Scripts whose own checks became the prelude's whole(): each refuses a number that is not
+# whole, or below its least, before any write (admission, freeze and the tick with an
+# error reply, the join with -4).
+REFUSALS = {
+    "admission: a fractional rate": (ADMISSION, lambda k: [k.admission], ["0.5", "5"]),
+    "admission: no burst": (ADMISSION, lambda k: [k.admission], ["1", "0"]),
+    "freeze: a log length that is no number": (FREEZE, lambda k: [k.stock, k.log], ["", "x"]),
+    "room join: user 0": (ROOM_JOIN, lambda k: [k.room_state, k.room_pre, k.room_queue, k.room_places], ["0", "1"]),
+    "room join: a start that is no number": (
+        ROOM_JOIN,
+        lambda k: [k.room_state, k.room_pre, k.room_queue, k.room_places],
+        ["7", "soon"],
+    ),
+    "room tick: a fractional rate": (ROOM_TICK, lambda k: [*room_keys(k), k.reserve], ["1.5", "0", "1000", ""]),
+    "room tick: a negative cap": (ROOM_TICK, lambda k: [*room_keys(k), k.reserve], ["1", "-1", "1000", ""]),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_the_prelude_s_check_refuses_before_any_write(case):
+    script, key_names, args = REFUSALS[case]
+    keys = ActivityKeys(9301)
+    client = stock_redis()
+    client.delete(*key_names(keys))
+    try:
+        reply = script(keys=key_names(keys), args=args, client=client)
+    except redis.ResponseError as error:
+        assert "bad arguments" in str(error)
+    else:
+        assert reply == [-4, 0]
+    assert client.exists(*key_names(keys)) == 0
 
 
 @pytest.mark.django_db

@@ -4,12 +4,12 @@
 -- web process shares one bucket whatever their clocks say.
 --
 -- KEYS[1] bucket (hash: tokens, ts in ms)
--- ARGV[1] rate per second (> 0)   ARGV[2] burst (>= 1)
+-- ARGV[1] rate per second (whole, >= 1)   ARGV[2] burst (whole, >= 1)
 --
 -- Returns {admitted (1/0), milliseconds until a token is there (0 when admitted)}.
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-if not rate or not burst or rate <= 0 or burst < 1 then
+local rate = whole(ARGV[1], 1)
+local burst = whole(ARGV[2], 1)
+if not rate or not burst then
   return redis.error_reply('admission: bad arguments')
 end
 local t = redis.call('TIME')

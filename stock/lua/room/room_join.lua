@@ -11,8 +11,8 @@
 -- Before the start (on Redis's clock) a joiner goes into the pre-queue set; after the draw
 -- (``sealed``) a new joiner takes the next place, first come first served.
 local user = ARGV[1]
-local start_ms = tonumber(ARGV[2])
-if type(user) ~= 'string' or not string.match(user, '^%d+$') or not start_ms then
+local start_ms = whole(ARGV[2], 0)
+if not whole(user, 1) or not start_ms then
   return {-4, 0}
 end
 local place = redis.call('HGET', KEYS[4], user)

@@ -17,10 +17,10 @@
 --
 -- Returns {sealed, serving, queue length, active, no-shows, used, closed at (ms or ''),
 --          paused, stock (-1 unknown), now (ms), oldest rate sample ("ms:serving" or '')}
-local rate = tonumber(ARGV[1])
-local cap = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-if not rate or rate < 1 or not cap or cap < 0 or not window or window < 1 then
+local rate = whole(ARGV[1], 1)
+local cap = whole(ARGV[2], 0)
+local window = whole(ARGV[3], 1)
+if not rate or not cap or not window then
   return redis.error_reply('room_tick: bad arguments')
 end
 local t = redis.call('TIME')

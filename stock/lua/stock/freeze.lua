@@ -8,7 +8,7 @@
 -- ARGV[1] the stock expected now ('' = no key)   ARGV[2] the log's length in the picture
 --
 -- Returns 1 when frozen (or already without a key and the log unchanged), 0 otherwise.
-if not tonumber(ARGV[2]) then
+if not whole(ARGV[2], 0) then
   return redis.error_reply('freeze: bad arguments')
 end
 local current = redis.call('GET', KEYS[1])
