@@ -68,6 +68,14 @@ bench: $(STAMP)
 	@bash .ci/system-packages nginx
 	@$(BIN)/python -m bench.run $(BENCH_ARGS)
 
+# A sale rehearsal with Locust (rehearsal/run.py): the shop started as make run starts it (or
+# --url of a running one), a tagged rehearsal sale and its shoppers, shoppers that shop as the
+# pages do, then a report with charts and a verdict (exit 1 when red), e.g.
+# make rehearse REHEARSE_ARGS="--shoppers 10000 --units 500 --admission room"; --web, --clean.
+rehearse: $(STAMP)
+	@bash .ci/system-packages nginx
+	@DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.local} $(BIN)/python -m rehearsal.run $(REHEARSE_ARGS)
+
 # The multi-host drills (root: hosts as network namespaces; docs/DRILLS.md), e.g.
 # make drill DRILL_ARGS="--drills 1,2 --short"
 drill: $(STAMP)
