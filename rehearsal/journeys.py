@@ -129,9 +129,8 @@ class Shopper(HttpUser):
                     body = parsed if isinstance(parsed, dict) else {}
                 except ValueError:
                     body = {}
-            context["code"] = str(body.get("code", ""))
             if r.status_code == 0 or (r.status_code >= 500 and r.status_code != 503):
-                r.failure(f"{r.status_code} {context['code']}")
+                r.failure(f"{r.status_code} {body.get('code', '')}")
             else:
                 r.success()
             return r.status_code, body
@@ -324,6 +323,15 @@ class Shopper(HttpUser):
                 return body.get("code", "") or str(status)
             gevent.sleep(COOLDOWN_S)
         return "gave_up"
+
+
+def answer_code(response) -> str:
+    """The JSON answer's ``code`` ("" when there is none)."""
+    try:
+        body = response.json()
+    except (ValueError, AttributeError):
+        return ""
+    return str(body.get("code", "")) if isinstance(body, dict) else ""
 
 
 def _epoch(value: Any) -> float | None:

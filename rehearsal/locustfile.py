@@ -22,7 +22,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from rehearsal.arrival import Arrival, ArrivalShape
 from rehearsal.journal import JOURNAL, MESSAGE, SAMPLES, read_lines
-from rehearsal.journeys import Plan, Shopper
+from rehearsal.journeys import CODED, Plan, Shopper, answer_code
 from rehearsal.report import write as write_report
 from rehearsal.shop import Shop, epoch
 from rehearsal.verdict import judge
@@ -106,9 +106,8 @@ def _answered(name, response_time, response, context, exception, start_time=None
         return
     status = getattr(response, "status_code", 0) or 0
     t = start_time if start_time is not None else time.time() - response_time / 1000
-    JOURNAL.add(
-        {"t": t, "ms": response_time, "n": name, "s": status, "c": context.get("code", ""), "u": context["shopper"]}
-    )
+    code = answer_code(response) if name in CODED else ""
+    JOURNAL.add({"t": t, "ms": response_time, "n": name, "s": status, "c": code, "u": context["shopper"]})
 
 
 def _flush_forever() -> None:

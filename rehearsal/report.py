@@ -36,13 +36,13 @@ def _save(fig, path: Path) -> None:
 
 
 def answers_chart(lines: list[dict[str, Any]], start: float, path: Path) -> None:
-    """Purchase answers by code per second; every other request by HTTP status."""
+    """Answers per second by request, HTTP status and JSON code (the ten most frequent)."""
     series: dict[str, Counter] = defaultdict(Counter)
     for line in lines:
         if line["n"].startswith("note:"):
             continue
         second = int(line["t"] - start)
-        key = f"purchase {line['s']} {line['c']}".strip() if line["n"] == "purchase" else f"other {line['s']}"
+        key = f"{line['n']} {line['s'] or 'no answer'} {line['c']}".strip()
         series[key][second] += 1
     fig, ax = _figure("Answers by code, per second", "answers per second")
     for key, counts in sorted(series.items(), key=lambda kv: -sum(kv[1].values()))[:10]:
