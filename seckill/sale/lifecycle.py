@@ -3,8 +3,8 @@
 
 import logging
 import time
-from dataclasses import asdict, dataclass
-from datetime import timedelta
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 
 import redis
 from django.conf import settings
@@ -21,7 +21,7 @@ from seckill.sale.snapshot import activity_snapshot_fill, activity_snapshot_forg
 from stock.identity import identity_differences, new_epoch, stock_identity, volatile_reasons
 from stock.keys import ActivityKeys
 from stock.layout import StockLayout
-from stock.redis_client import stock_redis
+from stock.redis_client import StockRedis, stock_redis
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +112,35 @@ def _lock_release(lock) -> None:
 
 
 def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
+    now = timezone.now()  # one instant: the refusal of a live sale and the read-back agree
+    activity, client, layout = _warmable(activity_id=activity_id, force=force, now=now)
+    started = now >= activity.start_at
+    load = _stock_load(activity, client, layout)
+    after = _records_corrected(activity_id, client, layout, load)
+    # The units the derivation left out (and those of orders cancelled while the key was
+    # missing) go back now, each once (return.lua's ``returned`` set).
+    orders_units_return(orders=after.not_returned)
+    expected_stock = load.remaining + sum(o.quantity for o in after.not_returned)
+    read_stock, read_loaded = _read_back(client, layout, stock=expected_stock, loaded=load.loaded, started=started)
+    Activity.objects.filter(pk=activity_id).exclude(status=Activity.Status.ENDED).update(
+        status=Activity.Status.WARMED, warmed_at=timezone.now(), redis_identity=stock_identity(client, layout)
+    )
+    activity_snapshot_fill(activity_id)  # the first buyers find the activity cached
+    activity_start_schedule(activity_id=activity_id)
+    return WarmupResult(
+        activity_id=activity_id,
+        remaining=read_stock,
+        loaded=read_loaded,
+        db_total=load.db["db_total"],
+        db_available=load.db["db_available"],
+        unordered_units=load.unordered_units,
+        participants=load.participants,
+    )
+
+
+def _warmable(*, activity_id: int, force: bool, now: datetime) -> tuple[Activity, StockRedis, StockLayout]:
+    """The activity, its Redis and its layout, or WarmupError: ended, a Redis that could
+    lose writes, or a live stock not to be replaced without ``force``."""
     activity = Activity.objects.get(pk=activity_id)
     if activity.status == Activity.Status.ENDED:
         raise WarmupError(f"activity {activity_id} has ended and been cleaned up; it cannot be warmed")
@@ -122,18 +151,32 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
             f"the stock Redis could lose reservations without a trace: {'; '.join(volatile)}. "
             "Configure it so, or set SECKILL_ALLOW_VOLATILE_REDIS=true (tests and benchmarks only)."
         )
-    epoch = new_epoch()
     current, _ = layout.totals(client)
-    started = timezone.now() >= activity.start_at
-    if current is not None and started and not force:
+    if current is not None and now >= activity.start_at and not force:
         raise WarmupError(
             f"activity {activity_id} is live and its stock is in Redis ({int(current)} left); "
             "use --force (the admin action 'force re-warm') to re-derive it from the database"
         )
+    return activity, client, layout
 
-    written_records: dict[int, str] = {}  # the participant records this warm-up wrote
-    written = False
-    rounds_written = 0  # rounds that wrote records (those with a consistent picture)
+
+@dataclass
+class _StockLoad:
+    """What the warm-up's rounds wrote: the last consistent round's figures."""
+
+    written: bool = False  # the stock itself (a round's compare-and-set won)
+    records: dict[int, str] = field(default_factory=dict)  # the participant records, every round's
+    remaining: int = 0
+    loaded: int = 0
+    db: dict = field(default_factory=dict)
+    unordered_units: int = 0
+    participants: int = 0
+
+
+def _stock_load(activity: Activity, client: StockRedis, layout: StockLayout) -> _StockLoad:
+    """Rounds of picture, derivation and compare-and-set until one writes the stock."""
+    epoch = new_epoch()
+    load, rounds = _StockLoad(), 0  # rounds: those that wrote records (a consistent picture)
     deadline = time.monotonic() + _WARMUP_SECONDS
     while time.monotonic() < deadline:
         # Redis and the database read as one consistent picture (the reconciliation's).
@@ -141,95 +184,94 @@ def _activity_warmup(*, activity_id: int, force: bool) -> WarmupResult:
         # order committed after the read but acknowledged before the log read is in no
         # term; a cancel returned likewise is in the stock but not in database available):
         # it may serve a report, never a write. The round is lost, nothing is written.
-        picture = reconciliation_measure(activity_id=activity_id)
+        picture = reconciliation_measure(activity_id=activity.pk)
         if not picture.consistent:
             continue
-        rounds_written += 1
-        db = picture.db
-        if db["db_total"] != activity.total_stock:
-            raise WarmupError(
-                f"database stock total {db['db_total']} differs from the activity's {activity.total_stock}"
-            )
-        unordered_units = picture.reserved_not_ordered_units
-        not_returned_units = sum(o.quantity for o in picture.not_returned)
-        # Redis's share only: the reserve (``db_reserve_left``) is never in Redis.
-        redis_share = db["db_available"] - db["db_reserve_left"]
-        remaining = redis_share - activity.safety_stock - unordered_units - not_returned_units
-        if remaining < 0:
-            raise WarmupError(
-                f"cannot warm: database available {db['db_available']} - reserve {db['db_reserve_left']} "
-                f"- safety {activity.safety_stock} "
-                f"- unordered reservations {unordered_units} - cancelled units not yet returned "
-                f"{not_returned_units} is negative; reconcile first"
-            )
+        rounds += 1
+        load.db = db = picture.db
+        load.unordered_units = picture.reserved_not_ordered_units
+        load.remaining = _derived_remaining(activity, picture)
         participants = _participants(layout, picture=picture)
         layout.records_write(client, participants)
-        written_records |= participants
+        load.records |= participants
+        load.participants = len(participants)
         # Compare-and-set against the stock the picture was taken with: a purchase or a
         # release in between changes it, and the derivation is taken again. (Every step
         # that moves the stock also moves a term of the derivation by as much, so a
         # stock that went away and came back to the same figure is still right.)
-        loaded = activity.redis_loaded_units + db["db_reserve_released"]  # and the reserve Redis was given
-        written = layout.warm(
+        load.loaded = activity.redis_loaded_units + db["db_reserve_released"]  # and the reserve Redis was given
+        load.written = layout.warm(
             client,
             picture=picture.redis,
-            remaining=remaining,
-            loaded=loaded,
+            remaining=load.remaining,
+            loaded=load.loaded,
             reserve=db["db_reserve_left"],
             handed=db["db_reserve_released"],
             epoch=epoch,
         )
-        if written:
+        if load.written:
             break
+    if not rounds:
+        raise WarmupError(f"activity {activity.pk}: the stock kept changing while warming; try again")
+    return load
 
-    if not rounds_written:
-        raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
-    # A picture taken after every write: a record written from an older picture whose
-    # shopper cancelled, was released or bought again since is corrected, winning round
-    # or not, so a re-warm leaves nobody blocked who may buy again. Consistent too: a
-    # mixed one can miss a shopper whose reservation became an order in between, and the
-    # correction would free someone who holds a live order.
+
+def _derived_remaining(activity: Activity, picture: Measurement) -> int:
+    """The units Redis sells, from a consistent picture (``activity_warmup`` says how)."""
+    db = picture.db
+    if db["db_total"] != activity.total_stock:
+        raise WarmupError(f"database stock total {db['db_total']} differs from the activity's {activity.total_stock}")
+    unordered_units = picture.reserved_not_ordered_units
+    not_returned_units = sum(o.quantity for o in picture.not_returned)
+    # Redis's share only: the reserve (``db_reserve_left``) is never in Redis.
+    redis_share = db["db_available"] - db["db_reserve_left"]
+    remaining = redis_share - activity.safety_stock - unordered_units - not_returned_units
+    if remaining < 0:
+        raise WarmupError(
+            f"cannot warm: database available {db['db_available']} - reserve {db['db_reserve_left']} "
+            f"- safety {activity.safety_stock} "
+            f"- unordered reservations {unordered_units} - cancelled units not yet returned "
+            f"{not_returned_units} is negative; reconcile first"
+        )
+    return remaining
+
+
+def _records_corrected(activity_id: int, client: StockRedis, layout: StockLayout, load: _StockLoad) -> Measurement:
+    """The participant records set right by a picture taken after every write; that picture.
+
+    A record written from an older picture whose shopper cancelled, was released or
+    bought again since is corrected, winning round or not, so a re-warm leaves nobody
+    blocked who may buy again. Consistent too: a mixed one can miss a shopper whose
+    reservation became an order in between, and the correction would free someone who
+    holds a live order."""
     after = _consistent_picture(activity_id)
     if after is None:
         # Cancelled orders the derivation left out stay for reconciliation to return.
         raise WarmupError(
             f"activity {activity_id}: the stock kept changing; the participants written may be stale, re-warm again"
         )
-    layout.records_correct(client, written_records, _participants(layout, picture=after))
-    if not written:
+    layout.records_correct(client, load.records, _participants(layout, picture=after))
+    if not load.written:
         raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
-    # The units the derivation left out (and those of orders cancelled while the key was
-    # missing) go back now, each once (return.lua's ``returned`` set).
-    orders_units_return(orders=after.not_returned)
+    return after
 
-    # Read back what Redis holds now and compare it with the database. Once the sale
-    # runs, purchases may already have moved the stock; the loaded units may not move.
+
+def _read_back(client: StockRedis, layout: StockLayout, *, stock: int, loaded: int, started: bool) -> tuple[int, int]:
+    """What Redis holds now (stock, loaded units), or WarmupError if it is not what was
+    written. Once the sale runs, purchases may already have moved the stock; the loaded
+    units may not move."""
     read_stock, read_loaded = layout.totals(client)
-    expected_stock = remaining + sum(o.quantity for o in after.not_returned)
     if (
         read_stock is None
         or read_loaded is None
         or int(read_loaded) != loaded
-        or (not started and int(read_stock) != expected_stock)
+        or (not started and int(read_stock) != stock)
     ):
         raise WarmupError(
             f"read-back mismatch: Redis holds stock={read_stock!r} loaded={read_loaded!r}, "
-            f"expected {expected_stock} and {loaded}"
+            f"expected {stock} and {loaded}"
         )
-    Activity.objects.filter(pk=activity_id).exclude(status=Activity.Status.ENDED).update(
-        status=Activity.Status.WARMED, warmed_at=timezone.now(), redis_identity=stock_identity(client, layout)
-    )
-    activity_snapshot_fill(activity_id)  # the first buyers find the activity cached
-    activity_start_schedule(activity_id=activity_id)
-    return WarmupResult(
-        activity_id=activity_id,
-        remaining=int(read_stock),
-        loaded=int(read_loaded),
-        db_total=db["db_total"],
-        db_available=db["db_available"],
-        unordered_units=unordered_units,
-        participants=len(participants),
-    )
+    return int(read_stock), int(read_loaded)
 
 
 def _consistent_picture(activity_id: int):
