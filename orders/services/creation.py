@@ -22,6 +22,7 @@ from stock.redis_client import stock_redis
 from stock.reservations import reservation_release, reservations_acknowledge_entries
 from stock.scripts import LogEntry
 
+from ..mails import order_mails_enqueue
 from ..models import DB_PATH_PREFIX, AnomalyOrder, Order, ReleasedReservation, activity_model
 from .anomalies import anomaly_open
 
@@ -256,6 +257,7 @@ def orders_create_from_reservations(*, activity_id: int, entries: list[LogEntry]
     outcome.created = [o.reservation_id for o in inserted]
     if inserted:
         orders_expiry_schedule(orders=inserted)
+        order_mails_enqueue(kind="won", order_ids=[o.pk for o in inserted])
     # (shard, id): log ids are unique per shard only.
     done = {(o.shard, o.reservation_id) for o in inserted}
     skipped = [e for e in entries if (e.shard, e.reservation_id) not in done]
@@ -361,6 +363,7 @@ def order_create_direct(*, activity_id: int, user_id: int, quantity: int) -> New
         )
         if not inserted:
             raise OrderDuplicate(f"user {user_id} already holds a live order for activity {activity_id}")
+        order_mails_enqueue(kind="won", order_ids=[inserted[0].pk])
     return inserted[0]
 
 

@@ -14,6 +14,7 @@ from inventory.services import Share, stock_return
 from stock.handover import released_units_hand_over
 from stock.reservations import order_participant_free, order_units_return
 
+from ..mails import order_mails_enqueue
 from ..models import Order, activity_model
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ def order_pay(*, order: Order, now=None) -> Order:
         status=Order.Status.PAID, paid_at=now
     )
     order.refresh_from_db()
+    if updated:
+        order_mails_enqueue(kind="paid", order_ids=[order.pk])  # the receipt, after the commit
     if not updated and order.status != Order.Status.PAID:
         raise OrderNotPayable(
             f"order {order.order_no} is {order.status}"
@@ -102,6 +105,7 @@ def orders_cancel(*, order_ids: list[int], reason: str, now, due_only: bool, ski
         if cancelled:
             # robust: the cancel is committed; a failure here is logged and reconciliation returns the units.
             transaction.on_commit(lambda: orders_units_return(orders=cancelled), robust=True)
+            order_mails_enqueue(kind="cancelled", order_ids=[o.pk for o in cancelled])
     if cancelled:
         metrics.ORDERS_CANCELLED.labels(reason=reason).inc(len(cancelled))
     return cancelled

@@ -62,6 +62,14 @@ def test_the_reset_request_only_enqueues_the_mail():
     assert mail.outbox == []
 
 
+@pytest.mark.django_db
+def test_the_reset_mail_is_in_the_language_of_the_page(mailoutbox, celery_eager):  # noqa: F811
+    UserFactory(username="lihua", email="lihua@example.com")
+    client = Client(HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert client.post("/accounts/password_reset/", {"email": "lihua@example.com"}).status_code == 302
+    assert mailoutbox[0].subject == "重置您的密码"
+
+
 def test_reset_through_a_real_worker_and_a_real_smtp_server(transactional_db, process_logs, smtp_server):  # noqa: F811
     inbox, email_url = smtp_server
     UserFactory(username="carol", email="carol@example.com")
