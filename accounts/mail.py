@@ -31,8 +31,11 @@ def language_remember(*, user, language: str) -> None:
 
 
 def language_of(user) -> str:
-    profile = AccountProfile.objects.filter(user=user).only("language").first()
-    return profile.language if profile is not None else settings.LANGUAGE_CODE
+    """The language of ``user``'s mails (its profile read with the user when selected so)."""
+    try:
+        return user.account_profile.language
+    except AccountProfile.DoesNotExist:
+        return settings.LANGUAGE_CODE
 
 
 def site_url(path: str) -> str:
@@ -49,18 +52,21 @@ def mail_render(*, template: str, context: dict, to: str, language: str) -> Mail
     return Mail(subject=subject, body=body, to=to)
 
 
-def mail_send(mail: Mail) -> None:
-    # fail_silently=False: an unreachable server raises, and the task retries.
-    send_mail(mail.subject, mail.body, settings.DEFAULT_FROM_EMAIL, [mail.to], fail_silently=False)
+def mail_send(mail: Mail, *, connection=None) -> None:
+    """``connection``: one a task keeps open for a batch (one SMTP session, not one per mail).
+    fail_silently=False: an unreachable server raises, and the task retries."""
+    send_mail(
+        mail.subject, mail.body, settings.DEFAULT_FROM_EMAIL, [mail.to], fail_silently=False, connection=connection
+    )
 
 
-def mail_send_once(*, kind: str, reference: str, mail: Mail) -> bool:
+def mail_send_once(*, kind: str, reference: str, mail: Mail, connection=None) -> bool:
     """Send ``mail`` unless the (kind, reference) mail went already; True when it went now.
     The claim commits only with a sent mail: a failed send leaves it free for the retry."""
     try:
         with transaction.atomic():
             SentMail.objects.create(kind=kind, reference=reference)
-            mail_send(mail)
+            mail_send(mail, connection=connection)
     except IntegrityError:
         return False
     return True

@@ -10,6 +10,7 @@ import logging
 
 from celery import shared_task
 from django.conf import settings
+from django.core.mail import get_connection
 from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import DateTimeField, DurationField, Exists, ExpressionWrapper, F, OuterRef, Value
 from django.urls import reverse
@@ -61,12 +62,17 @@ def order_mail(*, order: Order, kind: str) -> Mail:
 def order_mails_task(kind: str, order_ids: list[int]) -> int:
     """Send the ``kind`` mails of these orders; those sent already (a redelivery, a retry
     after a partial failure) are skipped. Returns how many went now."""
-    orders = Order.objects.filter(pk__in=order_ids).exclude(user__email="").select_related("user", "activity")
+    orders = Order.objects.filter(pk__in=order_ids).exclude(user__email="")
     if kind in _STATUS_NEEDED:
         orders = orders.filter(status=_STATUS_NEEDED[kind])
+    to_mail = list(orders.select_related("user__account_profile", "activity").order_by("pk"))
+    if not to_mail:
+        return 0  # no session opened for shoppers without an address
     sent = 0
-    for order in orders.order_by("pk"):
-        sent += mail_send_once(kind=f"order-{kind}", reference=order.order_no, mail=order_mail(order=order, kind=kind))
+    with get_connection() as connection:  # one SMTP session for the batch
+        for order in to_mail:
+            mail = order_mail(order=order, kind=kind)
+            sent += mail_send_once(kind=f"order-{kind}", reference=order.order_no, mail=mail, connection=connection)
     return sent
 
 
