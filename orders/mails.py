@@ -19,6 +19,7 @@ from django.utils import timezone
 from accounts.mail import Mail, language_of, mail_render, mail_send_once, site_url
 from accounts.models import SentMail
 from accounts.tasks import MAIL_TASK_OPTIONS
+from core.clock import shop_time
 
 from .models import Order
 
@@ -53,7 +54,9 @@ def order_mail(*, order: Order, kind: str) -> Mail:
         "order": order,
         "title": order.activity.title,
         "order_url": site_url(reverse("order-page", args=[order.order_no])),
-        "time_zone": settings.TIME_ZONE,
+        # The one clock for people (core.clock): the shop's zone, 24-hour, labelled.
+        "pay_by": shop_time(order.pay_deadline),
+        "paid_at": shop_time(order.paid_at),
     }
     return mail_render(template=f"order_{kind}", context=context, to=order.user.email, language=language_of(order.user))
 

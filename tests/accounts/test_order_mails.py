@@ -41,8 +41,9 @@ def test_a_winner_is_told_what_they_won_the_amount_and_until_when_to_pay(mails):
     (mail,) = outbox
     assert mail.to == ["wendy@example.com"] and mail.subject == "You got it: Red kettle"
     deadline = timezone.localtime(order.pay_deadline).strftime("%Y-%m-%d %H:%M:%S")
+    zone = timezone.get_current_timezone_name()
     assert "1 × Red kettle" in mail.body and "¥12.50" in mail.body
-    assert f"Pay by: {deadline} (" in mail.body
+    assert f"Pay by: {deadline} {zone}\n" in mail.body
     assert f"http://localhost:8000/orders/{order.order_no}/" in mail.body
 
 
