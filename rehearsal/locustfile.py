@@ -127,6 +127,8 @@ def _watch(environment) -> None:
     while True:
         now = time.time()
         sample = {"t": now, "flag": shop.flag(), "room": shop.room() if Plan.room else None, "live": shop.live()}
+        # The load generator's own CPU (Locust measures it): near 100 %, its clock is late too.
+        sample["locust_cpu"] = getattr(environment.runner, "current_cpu_usage", None)
         server = epoch((sample["flag"] or {}).get("server_time"))
         if server is not None:
             state["offset"] = server - (now + time.time()) / 2
@@ -149,12 +151,23 @@ def _progress(environment, sample) -> str:
         f"shoppers {environment.runner.user_count}",
         f"requests {stats.num_requests} ({stats.current_rps:.0f}/s, {stats.num_failures} failed)",
         f"left {flag.get('remaining')}",
+        f"Locust CPU {sample.get('locust_cpu') or 0:.0f}%",
         f"sold {live.get('sold', '?')} (paid {orders.get('paid', '?')}, pending {orders.get('pending', '?')})",
     ]
     room = sample.get("room")
     if room:
         parts.append(f"room {room.get('state')} waiting {room.get('waiting')} serving {room.get('now_serving')}")
     return " | ".join(parts)
+
+
+def _settled(shop: Shop, patience: float) -> None:
+    """Until every reservation has its order (the admin's live JSON), at most ``patience`` s."""
+    deadline = time.time() + min(patience, 30.0)
+    while time.time() < deadline:
+        live = shop.live()
+        if live is None or not live.get("reserved_not_ordered"):
+            return
+        time.sleep(1.0)
 
 
 @events.quitting.add_listener
@@ -167,6 +180,7 @@ def _verdict(environment, **_kw) -> None:
     lines, samples = read_lines(out / "answers.jsonl"), read_lines(out / SAMPLES)
     shop: Shop = state["shop"]
     print("[rehearsal] reading every shopper's orders and the admin's live view…", flush=True)
+    _settled(shop, o.settle_seconds)
     verdict = judge(
         lines=lines,
         orders=shop.orders_of(Plan.tokens[: o.shoppers or len(Plan.tokens)]),
@@ -175,6 +189,8 @@ def _verdict(environment, **_kw) -> None:
         clock_offset=state["offset"],
         p99_target_ms=o.p99_target,
     )
+    cpu = [s["locust_cpu"] for s in samples if s.get("locust_cpu") is not None]
+    verdict.figures["locust_cpu_peak_percent"] = round(max(cpu, default=0), 1)
     start = (epoch(state["sale"]["start_at"]) or 0) - state["offset"]
     path = write_report(
         out,
