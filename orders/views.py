@@ -23,7 +23,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from payments import PaymentError as LibraryPaymentError
+from payments import PaymentStatus
 
+from core.clock import shop_time
 from core.throttles import throttle_page
 
 from .forms import ShippingAddressForm
@@ -47,9 +49,48 @@ def _refunds(order: Order) -> list[Payment]:
     return [p for p in order.payments.all() if p.refund_reason]
 
 
+# What became of one attempt to pay, as the order's timeline tells it.
+PAYMENT_OUTCOMES = {
+    PaymentStatus.CONFIRMED: "accepted",
+    PaymentStatus.REFUNDED: "accepted",
+    PaymentStatus.REJECTED: "failed",
+    PaymentStatus.ERROR: "failed",
+}
+
+
+def _payment_return_message(request) -> None:
+    """Back from the provider (Payment.get_success_url / get_failure_url: ``?paid=`` or
+    ``?failed=`` and the order's number): say what happened, as the shop's records tell it,
+    never as the URL claims. Someone else's order or a made-up number says nothing."""
+    for param in ("paid", "failed"):
+        number = request.GET.get(param)
+        order = order_of_shopper(order_no=number, user_id=request.user.pk) if number else None
+        if order is None:
+            continue
+        values = {"no": order.order_no}
+        if order.status == Order.Status.PAID:
+            messages.success(request, _("Order %(no)s is paid. Thank you!") % values)
+        elif order.status != Order.Status.PENDING:
+            messages.warning(request, _("Order %(no)s is no longer waiting for payment.") % values)
+        elif param == "failed":
+            values["deadline"] = shop_time(order.pay_deadline)
+            messages.error(
+                request,
+                _(
+                    "The payment for order %(no)s did not go through: nothing was paid. "
+                    "You can try again until %(deadline)s."
+                )
+                % values,
+            )
+        else:
+            messages.info(request, _("Order %(no)s: the payment is being confirmed.") % values)
+        return
+
+
 @never_cache
 @login_required
 def my_orders(request):
+    _payment_return_message(request)
     orders = orders_of_shopper(user_id=request.user.pk)
     rows = [(order, _refunds(order)) for order in orders]
     context = {"rows": rows, "orders": orders, "now": timezone.now(), "address": address_of(user_id=request.user.pk)}
@@ -67,13 +108,25 @@ def order_page(request, order_no: str):
     context = {
         "order": order,
         "refunded": _refunds(order),
-        "timeline": order_timeline(order=order),
+        "timeline": _with_outcomes(order_timeline(order=order)),
         "payable": order.status == Order.Status.PENDING and order.pay_deadline > now,
         # Before payment the order has no copy yet: show where it would go.
         "address": order.shipping_lines or (None if order.status != Order.Status.PENDING else _current(request)),
         "now": now,
     }
     return render(request, "orders/order_page.html", context)
+
+
+def _with_outcomes(timeline: list[dict]) -> list[dict]:
+    """Each attempt to pay numbered, with its outcome (started, accepted, failed): three
+    failed attempts read as three failures, not as three "Payment started"."""
+    attempt = 0
+    for event in timeline:
+        if event["kind"] == "payment_started":
+            attempt += 1
+            event["attempt"] = attempt
+            event["outcome"] = PAYMENT_OUTCOMES.get(event["payment"].status, "started")
+    return timeline
 
 
 def _current(request) -> list[str] | None:

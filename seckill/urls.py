@@ -22,6 +22,7 @@ api_urlpatterns = [
     path("me", views.me, name="me"),
     path("activities/<int:activity_id>/room", room_apis.room_status_view, name="room-status"),
     path("activities/<int:activity_id>/room/join", room_apis.RoomJoinApi.as_view(), name="room-join"),
+    path("activities/<int:activity_id>/room/me", room_apis.RoomStandingApi.as_view(), name="room-standing"),
     path("activities/<int:activity_id>/room/ticket", room_apis.RoomTicketApi.as_view(), name="room-ticket"),
     path("activities/<int:activity_id>/room/draw", room_apis.RoomDrawApi.as_view(), name="room-draw"),
 ]

@@ -6,6 +6,7 @@ import ipaddress
 
 from django.conf import settings
 from django.http import HttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -19,7 +20,7 @@ from core.log_filters import expected_rejection_unlogged
 from seckill.purchase.limits import TrafficLimits, client_ip, rate_parse, traffic_limits_check
 from seckill.room.draw import room_draw
 from seckill.room.queue import room_join
-from seckill.room.status import estimate_seconds, room_status, status_bytes
+from seckill.room.status import estimate_seconds, room_standing, room_status, status_bytes
 from seckill.room.tickets import room_ticket_issue
 from seckill.sale.apis import snapshot_or_404
 from seckill.sale.snapshot import ActivitySnapshot
@@ -68,6 +69,23 @@ JoinSerializer = inline_serializer(
         "ahead": serializers.IntegerField(allow_null=True),
         "estimate_seconds": serializers.IntegerField(allow_null=True),
         "room": RoomStatusSerializer,
+    },
+)
+StandingSerializer = inline_serializer(
+    "RoomStanding",
+    fields={
+        "joined": serializers.BooleanField(),
+        "place": serializers.IntegerField(allow_null=True, help_text="null: not joined, or in the pre-queue"),
+        "pre_queue": serializers.BooleanField(),
+        "order": inline_serializer(
+            "RoomStandingOrder",
+            fields={
+                "order_no": serializers.CharField(),
+                "status": serializers.ChoiceField(["pending", "paid"]),
+                "url": serializers.CharField(help_text="The order's page"),
+            },
+            allow_null=True,
+        ),
     },
 )
 TicketSerializer = inline_serializer(
@@ -137,6 +155,24 @@ class RoomJoinApi(APIView):
             "estimate_seconds": None if ahead is None else estimate_seconds(ahead=ahead, status=status),
             "room": status.as_json(),
         }
+        return Response(body, headers=NO_STORE)
+
+
+class RoomStandingApi(APIView):
+    """Where the calling shopper stands (their place, their live order), without joining:
+    the room's page asks it on load, so a reload or a second tab remembers the shopper."""
+
+    @extend_schema(
+        operation_id="room_standing",
+        responses={200: StandingSerializer, **{code: _ERR for code in (401, 403, 404, 409, 503)}},
+    )
+    def get(self, request, activity_id: int):
+        standing = room_standing(snapshot_or_404(activity_id), user_id=request.user.pk)
+        order = standing.order
+        body = {"joined": standing.joined, "place": standing.place, "pre_queue": standing.pre_queue, "order": None}
+        if order is not None:
+            url = reverse("order-page", args=[order.order_no])
+            body["order"] = {"order_no": order.order_no, "status": order.status, "url": url}
         return Response(body, headers=NO_STORE)
 
 

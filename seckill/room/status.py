@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.errors import ApiError
 from core.memory import ProcessMemory
+from orders.models import Order
 from seckill.models import Activity, AdmissionMode
 from seckill.room.draw import commitment_of, published_seed, room_seal
 from seckill.room.rules import moment, prequeue_opens_at, require_room, room_away, room_units_left, room_used
@@ -215,6 +216,40 @@ def room_ticks(now: datetime | None = None) -> dict[int, int]:
     return serving
 
 
+@dataclass(frozen=True)
+class ShopperStanding:
+    """One shopper in the room, read without joining them (a reload, another tab)."""
+
+    joined: bool
+    place: int | None  # None: not joined, or in the pre-queue until the draw
+    pre_queue: bool
+    order: Order | None  # their live order in this sale (pending or paid)
+
+
+def room_standing(activity: ActivitySnapshot, *, user_id: int) -> ShopperStanding:
+    """Where the shopper stands: their place (two Redis reads, nothing written) and their
+    live order (the database). Raises ApiError 409 room_not_used, 503 busy."""
+    require_room(activity)
+    order = (
+        Order.objects.filter(activity_id=activity.id, user_id=user_id, status__in=Order.LIVE_STATUSES)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if redis_away():
+        raise room_away()
+    pipe = stock_redis().pipeline(transaction=False)
+    pipe.hget(activity.keys.room_places, user_id)
+    pipe.sismember(activity.keys.room_pre, user_id)
+    try:
+        place, pre = pipe.execute()
+    except redis.RedisError as exc:
+        logger.warning("room %s: standing unknown, Redis unavailable: %s", activity.id, exc)
+        raise room_away() from exc
+    place = int(place) if place is not None else None
+    pre_queue = place is None and bool(pre)
+    return ShopperStanding(joined=place is not None or pre_queue, place=place, pre_queue=pre_queue, order=order)
+
+
 def estimate_seconds(*, ahead: int, status: RoomStatus) -> int | None:
     """The wait of a shopper with ``ahead`` places before theirs, at the measured rate (the
     configured one until a rate is measured); None while the room is not moving."""
@@ -228,7 +263,6 @@ def estimate_seconds(*, ahead: int, status: RoomStatus) -> int | None:
 
 def room_figures(activity: Activity) -> dict:
     """The admin's figures: waiting, admitted, bought, no-shows, closed at, the seed."""
-    from orders.models import Order
     from seckill.sale.snapshot import activity_snapshot
 
     snapshot = activity_snapshot(activity.pk)

@@ -138,12 +138,20 @@
     seed.textContent = s.seed ? format(T.seed, { value: s.seed }) : s.commitment ? format(T.seed_commitment, { value: s.commitment }) : "";
     const line = $("room-state");
     line.dataset.state = s.state;
-    if (s.sold_out || s.state === "closed") {
-      line.textContent = T.room_closed;
-      if (!state.bought) { buyButton.hidden = true; }
+    // Bought: the order is the news, not the queue (nor the turn that was used).
+    if (state.bought) { line.textContent = T.bought_line; line.dataset.state = "bought"; return; }
+    if (s.state === "ended") {
+      line.textContent = T.ended;
+      joinButton.hidden = true;
+      buyButton.hidden = true;
+      state.done = true;
       return;
     }
-    if (s.state === "ended") { line.textContent = T.ended; state.done = true; return; }
+    if (s.sold_out || s.state === "closed") {
+      line.textContent = T.room_closed;
+      buyButton.hidden = true;
+      return; // still polled: a cancel may open the room again, in order
+    }
     if (s.state === "not_open") { line.textContent = format(T.not_open, { time: "" }); return; }
     if (s.state === "paused") { line.textContent = T.paused; return; }
     if (s.state === "pre_queue") {
@@ -166,7 +174,7 @@
     if (response.status === 200) {
       state.ticket = body.ticket;
       state.ticketExpires = body.expires_at;
-      const until = new Date(body.expires_at).toLocaleTimeString();
+      const until = window.shop.shopTime(body.expires_at);
       $("room-state").textContent = format(T.admitted, { time: until });
       $("room-state").dataset.state = "admitted";
       buyButton.hidden = false;
@@ -174,7 +182,9 @@
       return;
     }
     if (body.code === "not_admitted") return;
-    state.done = body.code === "admission_expired" || body.code === "ticket_used" || body.code === "sold_out";
+    // Sold out is not final: a cancel gives a unit back and the room goes on letting people in.
+    if (body.code === "sold_out") { buyButton.hidden = true; return; }
+    state.done = body.code === "admission_expired" || body.code === "ticket_used";
     buyButton.hidden = true;
     say(T[body.code] || body.detail || T.error, "warning");
   }
@@ -192,6 +202,7 @@
       state.bought = true;
       state.done = true;
       buyButton.hidden = true;
+      showStatus(state.status);
       say(T.queued, "success");
       return waitForOrder(0);
     }
@@ -208,6 +219,13 @@
   function showOrder(order) {
     const actions = document.createElement("div");
     actions.className = "actions";
+    const link = document.createElement("a");
+    link.href = order.url || `/orders/${encodeURIComponent(order.order_no)}/`;
+    link.className = "order-link";
+    link.textContent = format(T.see_order, { order: order.order_no });
+    actions.append(link);
+    outcome.dataset.order = order.order_no;
+    if (order.status !== "pending") return say(T.bought_paid, "success", actions);
     const form = document.createElement("form");
     form.method = "post";
     form.action = `/orders/${encodeURIComponent(order.order_no)}/pay/`;
@@ -222,21 +240,36 @@
     pay.textContent = T.pay;
     form.append(csrf, pay);
     actions.append(form);
-    say(T.queued, "success", actions);
-    outcome.dataset.order = order.order_no;
+    say(T.bought, "success", actions);
+  }
+
+  // A reload, another tab: the shopper's own standing (place, live order) without joining.
+  async function loadStanding() {
+    const { response, body } = await call("GET", `/api/activities/${id}/room/me`);
+    if (!response || !response.ok) return;
+    if (body.order) {
+      state.bought = true;
+      state.done = true;
+      joinButton.hidden = true;
+      buyButton.hidden = true;
+      $("room-state").textContent = T.bought_line;
+      $("room-state").dataset.state = "bought";
+      showOrder(body.order);
+      return;
+    }
+    if (body.joined) {
+      state.joined = true;
+      state.place = body.place;
+      state.preQueue = body.pre_queue;
+      joinButton.hidden = true;
+    }
   }
 
   joinButton.addEventListener("click", join);
   buyButton.addEventListener("click", buy);
   loadMe().then(async () => {
-    // A shopper who joined already (another tab, a reload) gets the same place back.
-    if (state.me && state.me.authenticated) {
-      const s = await call("GET", `/api/activities/${id}/room`);
-      if (s.body && s.body.state && s.body.state !== "not_open" && s.body.state !== "ended") {
-        // Not joining for the shopper: only if asked. The status still shows.
-        showStatus(s.body);
-      }
-    }
+    // A shopper who joined already (another tab, a reload) sees their place, turn or order.
+    if (state.me && state.me.authenticated) await loadStanding();
     poll();
   });
 })();

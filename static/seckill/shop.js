@@ -35,6 +35,18 @@
     return () => serverMs + (performance.now() - at);
   }
 
+  // One clock (core/clock.py): the shop's zone from the page, 24-hour, labelled with the
+  // zone's name ("15:14:01 Asia/Shanghai"), never the browser's zone or 12-hour clock.
+  function shopTime(iso, withDate) {
+    const zone = document.documentElement.dataset.timeZone || "UTC";
+    const options = { timeZone: zone, hourCycle: "h23", hour: "2-digit", minute: "2-digit", second: "2-digit" };
+    if (withDate) Object.assign(options, { year: "numeric", month: "2-digit", day: "2-digit" });
+    const parts = new Intl.DateTimeFormat(document.documentElement.lang || "en", options).formatToParts(new Date(iso));
+    const part = (type) => (parts.find((p) => p.type === type) || {}).value || "";
+    const time = `${part("hour")}:${part("minute")}:${part("second")} ${zone}`;
+    return withDate ? `${part("year")}-${part("month")}-${part("day")} ${time}` : time;
+  }
+
   // The cached activity page has one URL per language. Follow the shopper's explicit
   // choice (the language cookie, set by the switch) or else the browser's languages.
   function chooseLanguage() {
@@ -87,7 +99,7 @@
     tick();
   }
 
-  window.shop = { cookie, format, duration, serverClock };
+  window.shop = { cookie, format, duration, serverClock, shopTime };
   chooseLanguage();
   timeLeft();
 })();

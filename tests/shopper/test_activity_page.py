@@ -67,10 +67,10 @@ def test_chinese_page_has_its_own_url_and_is_shared_too():
         assert_shared(response)
     assert len({r.content for r in responses}) == 1
     body = responses[0].content.decode()
-    assert '<html lang="zh-Hans">' in body and "立即抢购" in body  # "Buy now"
+    assert '<html lang="zh-Hans" ' in body and "立即抢购" in body  # "Buy now"
     assert responses[0]["Content-Language"] == "zh-hans"
     english = Client().get(page_url(activity)).content.decode()
-    assert '<html lang="en">' in english and "Buy now" in english
+    assert '<html lang="en" ' in english and "Buy now" in english
 
 
 def test_conditional_get_answers_304_until_the_page_changes():
@@ -269,7 +269,7 @@ def test_the_page_shows_the_shops_local_times(settings):
     body = Client().get(page_url(activity)).content.decode()
     local = timezone.localtime(start, timezone=__import__("zoneinfo").ZoneInfo("Asia/Shanghai"))
     assert f'datetime="{local.isoformat()}"' in body
-    assert f">{local:%Y-%m-%d %H:%M:%S} CST<" in body
+    assert f">{local:%Y-%m-%d %H:%M:%S} Asia/Shanghai<" in body
 
 
 def test_a_prefixed_page_is_left_in_its_language_and_sign_up_keeps_the_way_back():
