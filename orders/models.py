@@ -329,7 +329,7 @@ class Payment(BasePayment):
         return f"{self.variant} {self.token} for {self.order_id}"
 
     def get_failure_url(self) -> str:
-        return self._back_to_shop(reverse("my-orders"))
+        return self._back_to_shop(f"{reverse('my-orders')}?failed={self.order.order_no}")
 
     def get_success_url(self) -> str:
         return self._back_to_shop(f"{reverse('my-orders')}?paid={self.order.order_no}")
