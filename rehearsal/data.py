@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from inventory.models import Product
+from inventory.models import Product, StockMovement
 from orders.models import AnomalyOrder, Order, Payment
 from seckill.models import Activity
 from seckill.sale.lifecycle import activity_keys_remove, activity_stop_selling
@@ -118,6 +118,7 @@ def clean() -> dict[str, int]:
             orders = Order.objects.filter(activity_id=activity_id)
             AnomalyOrder.objects.filter(activity_id=activity_id).delete()
             Payment.objects.filter(order__in=orders).delete()
+            StockMovement.objects.filter(activity_id=activity_id).delete()  # the sale's stock ledger
             removed["orders"] += orders.delete()[0]
             Activity.objects.filter(pk=activity_id).delete()
         removed["sales"] += 1

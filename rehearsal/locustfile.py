@@ -12,6 +12,7 @@ admin's live JSON, then a report with charts and a verdict (exit status 1 when r
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,10 @@ from rehearsal.shop import Shop, epoch
 from rehearsal.verdict import judge
 
 __all__ = ["ArrivalShape", "Shopper"]
+
+# The spike asks for thousands of users a second on purpose: Locust's warning about it, once a
+# tick, would bury the progress line.
+logging.getLogger("locust.runners").addFilter(lambda record: "spawn rate is very high" not in record.getMessage())
 
 
 @events.init_command_line_parser.add_listener
