@@ -1,8 +1,9 @@
 """`make run` end to end: the supervisor (`python -m devtools.stack`) starts its own
 embedded PostgreSQL and Redis (in a state folder of its own, so the servers this suite
 runs on are not touched), gunicorn, a Celery worker and beat; a shopper buys through
-HTTP and gets an order; SIGINT (Ctrl-C) or SIGTERM stops every process it started, and
-nothing else."""
+HTTP and gets an order; SIGINT (Ctrl-C), SIGTERM or SIGHUP stops every process it started,
+and nothing else, also when its output went away first; a port in use stops it before
+anything starts."""
 
 import importlib
 import json
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -110,8 +112,8 @@ class Stack:
     """`python -m devtools.stack` (what `make run` runs) on free ports, with its own state
     folder and embedded servers; its output kept for failures."""
 
-    def __init__(self, state_dir: Path, log_path: Path):
-        self.port, self.pg_port, self.redis_port = free_port(), free_port(), free_port()
+    def __init__(self, state_dir: Path, log_path: Path, *, port: int | None = None, piped: bool = False):
+        self.port, self.pg_port, self.redis_port = port or free_port(), free_port(), free_port()
         env = {
             k: v
             for k, v in os.environ.items()
@@ -129,14 +131,33 @@ class Stack:
         self.state_dir, self.log_path = state_dir, log_path
         self.base = f"http://127.0.0.1:{self.port}"
         self._log = open(log_path, "wb")
+        # piped: `make run 2>log | grep …` — stdout a pipe the test reads, then closes.
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "devtools.stack"],
             cwd=BASE_DIR,
             env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            stdout=subprocess.PIPE if piped else self._log,
+            stderr=self._log if piped else subprocess.STDOUT,
             start_new_session=True,
         )
+        self.piped_lines: list[str] = []
+        self.pipe_closed = threading.Event()
+
+    def read_pipe_until(self, text: str) -> None:
+        """Read the piped stdout until a line holds ``text``, then close the pipe (the
+        grep at the end of `make run | grep` ended), all in a thread of its own."""
+
+        def read():
+            assert self.proc.stdout is not None
+            for raw in self.proc.stdout:
+                self.piped_lines.append(raw.decode(errors="replace"))
+                if text in self.piped_lines[-1]:
+                    break
+            self.proc.stdout.close()
+            self.pipe_closed.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        wait_until(self.pipe_closed.is_set, timeout=600, interval=0.5, what=f"{text!r} on the piped stdout")
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -144,7 +165,7 @@ class Stack:
     def wait_serving(self) -> None:
         wait_until(
             lambda: self.proc.poll() is not None or answers(f"{self.base}/api/activities/"),
-            timeout=240,
+            timeout=600,  # a first run on a loaded machine: initdb, migrate, collectstatic, seed
             interval=0.5,
             what="make run to serve",
         )
@@ -182,6 +203,9 @@ class Stack:
         # for the tasks it runs, and the tail alone does not say which one it waited for.
         tasks = "\n".join(line for line in output.splitlines() if "Task " in line or "worker:" in line)
         assert "did not stop in time" not in output, f"{tasks}\n…\n{output[-2000:]}"
+        self.assert_nothing_left(children, signum)
+
+    def assert_nothing_left(self, children: set[int], signum: int) -> None:
         leftovers = [pid for pid in children if running(pid)]
         assert not leftovers, f"still running after {signal.Signals(signum).name}: {leftovers}"
         # The servers the stack started are down; the suite's own servers are not.
@@ -198,6 +222,7 @@ class Stack:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.django_db
 def test_make_run_serves_sells_and_stops_cleanly(stack_state_dir, tmp_path):
     stack = Stack(stack_state_dir, tmp_path / "stack.log")
@@ -254,6 +279,7 @@ def test_make_run_serves_sells_and_stops_cleanly(stack_state_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.django_db
 def test_make_run_stops_every_process_on_sigterm(stack_state_dir, tmp_path):
     stack = Stack(stack_state_dir, tmp_path / "stack.log")
@@ -264,6 +290,61 @@ def test_make_run_stops_every_process_on_sigterm(stack_state_dir, tmp_path):
     finally:
         stack.stop(signal.SIGTERM)
     stack.assert_stopped_cleanly(children, signal.SIGTERM)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.django_db
+def test_make_run_stops_every_process_on_sigint_after_its_output_pipe_closed(stack_state_dir, tmp_path):
+    # `make run 2>err | grep -v celery`, then Ctrl-C: grep ends first, and each line the
+    # stack then writes meets a closed pipe.
+    stack = Stack(stack_state_dir, tmp_path / "stack.err", piped=True)
+    children: set[int] = set()
+    try:
+        stack.read_pipe_until("press Ctrl-C to stop everything")
+        children = stack.children()
+    finally:
+        stack.stop(signal.SIGINT)
+    err = stack.output()
+    stack.assert_nothing_left(children, signal.SIGINT)
+    assert stack.proc.returncode == 0, err[-4000:]
+    assert "BrokenPipeError" not in err, err[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.django_db
+def test_make_run_stops_every_process_on_sighup(stack_state_dir, tmp_path):
+    # The terminal closed under it.
+    stack = Stack(stack_state_dir, tmp_path / "stack.log")
+    children: set[int] = set()
+    try:
+        stack.wait_serving()
+        children = stack.children()
+    finally:
+        stack.stop(signal.SIGHUP)
+    stack.assert_stopped_cleanly(children, signal.SIGHUP)
+
+
+@pytest.mark.django_db
+def test_make_run_on_a_taken_port_says_so_and_starts_nothing(stack_state_dir, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        stack = Stack(stack_state_dir, tmp_path / "stack.log", port=taken.getsockname()[1])
+        try:
+            stack.proc.wait(60)
+        finally:
+            stack.stop(signal.SIGTERM)
+        output = stack.output()
+        assert stack.proc.returncode != 0, output
+        # Which port, who holds it, and what to do.
+        assert f"cannot start: 127.0.0.1:{stack.port} is taken" in output, output
+        assert f"pid {os.getpid()}" in output and "PORT=<port> make run" in output, output
+        assert "migrating" not in output and "started" not in output, output
+    assert not descendants(stack.proc.pid)
+    assert not (stack_state_dir / "pgdata").exists() and not (stack_state_dir / "redis").exists()
+    assert not answers_tcp(stack.redis_port) and not answers_tcp(stack.pg_port)
 
 
 def answers_tcp(port: int) -> bool:
