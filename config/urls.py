@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.conf.urls.i18n import i18n_patterns
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
@@ -23,8 +24,8 @@ api = [
 urlpatterns = [
     # First: the flood's endpoints are found without trying every page's pattern.
     path("api/", include(api)),
-    path("", include(seckill_urls)),
-    path("", include(order_urls)),
+    path("", include(seckill_urls.shared_urlpatterns)),
+    path("", include(order_urls.provider_urlpatterns)),
     path("accounts/", include("accounts.urls")),  # sign-up, the queued password reset
     path("accounts/", include("django.contrib.auth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
@@ -33,6 +34,11 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.metrics, name="metrics"),
 ]
+# The shopper's pages in every language: /orders/ in the visitor's language, /zh-hans/orders/
+# in Chinese for everyone (core.locale.PathOrVisitorLocaleMiddleware).
+urlpatterns += i18n_patterns(
+    path("", include(seckill_urls)), path("", include(order_urls)), prefix_default_language=False
+)
 
 if settings.SECKILL_BENCH_VIEWS:
     # Bench-only endpoints (the database-direct purchase for contrast); off unless asked for.

@@ -21,11 +21,15 @@ urlpatterns = [
     path("orders/<str:order_no>/", views.order_page, name="order-page"),
     path("orders/<str:order_no>/pay/", views.order_pay_start, name="order-pay-page"),
     path("orders/<str:order_no>/cancel/", views.order_cancel_view, name="order-cancel-page"),
+]
+# The simulated provider's page exists only where it is the provider.
+if settings.PAYMENT_PROVIDER == "simulated":
+    urlpatterns.append(path("payments/simulated/<str:token>/", views.simulated_checkout, name="simulated-checkout"))
+
+# Not pages: the providers' servers post here, never under a language prefix.
+provider_urlpatterns = [
     # django-payments' two notification URLs, under its names (Payment.get_process_url),
     # answered by the configured provider only: a payment's, then a provider's webhook.
     path("payments/process/<uuid:token>/", views.payment_notification, name="process_payment"),
     re_path(r"^payments/process/(?P<variant>[a-z-]+)/$", views.provider_webhook, name="static_process_payment"),
 ]
-# The simulated provider's page exists only where it is the provider.
-if settings.PAYMENT_PROVIDER == "simulated":
-    urlpatterns.append(path("payments/simulated/<str:token>/", views.simulated_checkout, name="simulated-checkout"))

@@ -44,13 +44,19 @@ class PageLanguageConverter:
 
 register_converter(PageLanguageConverter, "pagelang")
 
-urlpatterns = [
-    path("", views.activity_list, name="home"),
+# The pages that are the same bytes for every visitor: the language is in their own path
+# (pagelang), never a visitor's choice; outside the language prefixes of config/urls.py.
+shared_urlpatterns = [
     path("seckill/<int:activity_id>/", views.activity_page, name="activity-page"),
     path("<pagelang:language>/seckill/<int:activity_id>/", views.activity_page, name="activity-page-lang"),
     path("seckill/<int:activity_id>/flag.js", views.flag_js, name="activity-flag-js"),
     path("seckill/<int:activity_id>/room/", room_views.room_page, name="room-page"),
     path("<pagelang:language>/seckill/<int:activity_id>/room/", room_views.room_page, name="room-page-lang"),
+]
+
+# The pages made for the visitor: under the language prefix (config/urls.py's i18n_patterns).
+urlpatterns = [
+    path("", views.activity_list, name="home"),
     path("products/", views.product_list, name="product-list"),
     path("products/<int:product_id>/", views.product_detail, name="product-detail"),
 ]
