@@ -34,7 +34,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from devtools.stack import banner
+from devtools.stack import banner, listener_pids, listens
 from seckill.management.commands.seed_demo import SOON
 from seckill.models import Activity
 from stock.redis_client import stock_redis
@@ -345,6 +345,24 @@ def test_make_run_on_a_taken_port_says_so_and_starts_nothing(stack_state_dir, tm
     assert not descendants(stack.proc.pid)
     assert not (stack_state_dir / "pgdata").exists() and not (stack_state_dir / "redis").exists()
     assert not answers_tcp(stack.redis_port) and not answers_tcp(stack.pg_port)
+
+
+def test_ready_is_said_for_its_own_listener_only():
+    # "ready" asks whether its own nginx and gunicorn hold the ports: another process's
+    # server answering there is not its own.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            assert listens(os.getpid(), port)
+            assert not listens(other.pid, port)
+            assert listener_pids(port) == [os.getpid()]
+        finally:
+            other.kill()
+            other.wait()
+    assert not listens(os.getpid(), port) and listener_pids(port) == []
 
 
 def answers_tcp(port: int) -> bool:
