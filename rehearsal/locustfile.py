@@ -48,6 +48,7 @@ def _options(parser) -> None:
     group.add_argument("--mix", default="0.8,0.1,0.1", help="shares of the winners who pay, cancel, let it expire")
     group.add_argument("--admin", env_var="REHEARSAL_ADMIN", default="", help="an admin account (live JSON)")
     group.add_argument("--admin-password", env_var="REHEARSAL_ADMIN_PASSWORD", default="")
+    group.add_argument("--verdict-wait", type=float, default=120.0, help="at most, for the unpaid orders' deadlines")
     group.add_argument("--p99-target", type=float, default=500.0, help="ms: the capacity is the rate under it")
     group.add_argument("--out", default="rehearsal-report", help="the report's folder")
     group.add_argument("--source-addresses", action="store_true", help="each shopper from its own 127.x address")
@@ -166,11 +167,22 @@ def _progress(environment, sample) -> str:
 
 
 def _settled(shop: Shop, patience: float) -> None:
-    """Until every reservation has its order (the admin's live JSON), at most ``patience`` s."""
-    deadline = time.time() + min(patience, 30.0)
+    """Until the sale stands still (the admin's live JSON): every reservation has its order and
+    no order is waiting for payment (paid, cancelled or expired), so that each shopper's orders,
+    read one after the other, and the admin's count describe one state. At most ``patience``
+    seconds; sooner when the reservations without an order stay the same for 20 s (no worker
+    turns them into orders: the verdict will say so)."""
+    deadline, unordered, since = time.time() + patience, None, time.time()
     while time.time() < deadline:
         live = shop.live()
-        if live is None or not live.get("reserved_not_ordered"):
+        if live is None:
+            return
+        pending, now_unordered = live["orders"]["pending"], live.get("reserved_not_ordered") or 0
+        if not pending and not now_unordered:
+            return
+        if now_unordered != unordered:
+            unordered, since = now_unordered, time.time()
+        elif now_unordered and time.time() - since > 20:
             return
         time.sleep(1.0)
 
@@ -185,7 +197,8 @@ def _verdict(environment, **_kw) -> None:
     lines, samples = read_lines(out / "answers.jsonl"), read_lines(out / SAMPLES)
     shop: Shop = state["shop"]
     print("[rehearsal] reading every shopper's orders and the admin's live view…", flush=True)
-    _settled(shop, o.settle_seconds)
+    print("[rehearsal] waiting for the sale to stand still (orders paid, cancelled or expired)…", flush=True)
+    _settled(shop, o.verdict_wait)
     verdict = judge(
         lines=lines,
         orders=shop.orders_of(Plan.tokens[: o.shoppers or len(Plan.tokens)]),
