@@ -36,7 +36,8 @@ class SeckillStock(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        verbose_name = "seckill stock"
+        verbose_name = "sale stock"
+        verbose_name_plural = "sale stock"
         constraints = [
             models.CheckConstraint(condition=models.Q(available__gte=0), name="stock_available_not_negative"),
             models.CheckConstraint(

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from core.clock import shop_time, zoned
 from inventory.admin import ReadOnlyAdmin
 
 from .charts import ACTION_WORDS, BUCKET_WORDS, activity_charts, html_table, identity_rows, report_in_words
@@ -49,17 +50,17 @@ class OrderAdmin(ReadOnlyAdmin):
     the services (pay, cancel, the anomaly actions). Merchants see the orders of their own
     sales with their shipping addresses and export them for fulfilment (CSV)."""
 
+    # Short columns: the list fits a 1280 px window (the sale is in the filter on the right).
     list_display = [
         "order_no",
         "product",
-        "activity",
         "shopper",
         "quantity",
         "amount",
         "status",
         "ship_to",
-        "pay_deadline",
-        "paid_at",
+        "pay_by",
+        "paid",
     ]
     list_filter = ["status", ("activity", SaleFilter)]
     search_fields = ["order_no", "user__username", "reservation_id"]
@@ -76,14 +77,30 @@ class OrderAdmin(ReadOnlyAdmin):
         "status",
         "cancel_reason",
         "address",
-        "pay_deadline",
-        "created_at",
-        "paid_at",
-        "cancelled_at",
+        "pay_by",
+        "ordered",
+        "paid",
+        "cancelled",
         "shard",
         "reservation_id",
     )
     readonly_fields = fields
+
+    @admin.display(description=zoned("pay by"), ordering="pay_deadline")
+    def pay_by(self, obj):
+        return shop_time(obj.pay_deadline, label=False) if obj.status == Order.Status.PENDING else "–"
+
+    @admin.display(description=zoned("paid"), ordering="paid_at")
+    def paid(self, obj):
+        return shop_time(obj.paid_at, label=False)
+
+    @admin.display(description=zoned("ordered"), ordering="created_at")
+    def ordered(self, obj):
+        return shop_time(obj.created_at, label=False)
+
+    @admin.display(description=zoned("cancelled"), ordering="cancelled_at")
+    def cancelled(self, obj):
+        return shop_time(obj.cancelled_at, label=False)
 
     @admin.display(description="product", ordering="activity__product__name")
     def product(self, obj):
@@ -140,6 +157,32 @@ class OrderAdmin(ReadOnlyAdmin):
         return response
 
 
+# The report page's figures in a merchant's words (keys: orders.selectors.activity_report_data).
+FIGURE_WORDS = {
+    "total stock": "units for sale in all",
+    "units paid": "units paid",
+    "units pending payment": "units waiting for payment",
+    "units cancelled": "units cancelled (back on sale)",
+    "orders": "orders",
+    "database available": "units left, as the shop's records count them",
+    "Redis remaining (last report)": "units left, as the live counter counts them (last check)",
+    "Redis drift (last report)": "units the live counter cannot account for (last check; 0 is right)",
+    "database drift (last report)": "units the shop's records cannot account for (last check; 0 is right)",
+    "identities hold (last report)": "every unit accounted for (last check)",
+    "reports": "checks that found something",
+    "open anomalies": "orders needing review",
+}
+
+
+def figures_in_words(figures: dict) -> dict:
+    def shown(value):
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        return value
+
+    return {FIGURE_WORDS.get(name, name): shown(value) for name, value in figures.items()}
+
+
 def _table(rows) -> str:
     return format_html(
         '<table class="evidence">{}</table>',
@@ -174,7 +217,7 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
     """Read-only evidence; staff act through the buttons that fit the anomaly's kind,
     each a service that records who did what and when (the history)."""
 
-    list_display = ["id", "kind", "activity", "user", "order", "status", "created_at", "resolved_by"]
+    list_display = ["id", "kind", "activity", "user", "order", "status", "found", "resolved_by"]
     list_filter = ["status", "kind", ("activity", SaleFilter)]
     search_fields = ["reservation_id", "user__username", "order__order_no"]
     list_select_related = ["activity", "user", "order", "resolved_by"]
@@ -192,12 +235,12 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
                     "shard",
                     "reservation_id",
                     "fault_key",
-                    "created_at",
+                    "found",
                 ]
             },
         ),
         ("Evidence", {"fields": ["details_pretty", "redis_state", "order_state", "ledger"]}),
-        ("Resolution", {"fields": ["resolution_note", "resolved_by_name", "resolved_at", "history_pretty"]}),
+        ("Resolution", {"fields": ["resolution_note", "resolved_by_name", "resolved", "history_pretty"]}),
     ]
 
     def get_readonly_fields(self, request, obj=None):
@@ -217,6 +260,14 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
         if cache is None or cache[0] != obj.pk:
             self._evidence_cache = cache = (obj.pk, anomaly_evidence(anomaly=obj))
         return cache[1]
+
+    @admin.display(description=zoned("found"), ordering="created_at")
+    def found(self, obj):
+        return shop_time(obj.created_at, label=False)
+
+    @admin.display(description=zoned("resolved"), ordering="resolved_at")
+    def resolved(self, obj):
+        return shop_time(obj.resolved_at, label=False)
 
     # Names, not links: the accounts' admin pages are not open to reviewers.
     @admin.display(description="shopper")
@@ -241,17 +292,15 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
         if order is None:
             return "no order"
         fields = ["order_no", "status", "quantity", "amount", "shard", "reservation_id", "cancel_reason"]
-        fields += ["pay_deadline", "created_at", "paid_at", "cancelled_at"]
-        return _table((f, getattr(order, f)) for f in fields)
+        times = ["pay_deadline", "created_at", "paid_at", "cancelled_at"]
+        return _table([(f, getattr(order, f)) for f in fields] + [(f, shop_time(getattr(order, f))) for f in times])
 
     @admin.display(description="ledger entries of the order")
     def ledger(self, obj):
         moves = self._evidence(obj)["ledger"]
         if not moves:
             return "none"
-        return _table(
-            (f"#{m.pk} {m.created_at:%Y-%m-%d %H:%M:%S}", f"{m.kind} {m.quantity} ({m.reason})") for m in moves
-        )
+        return _table((f"#{m.pk} {shop_time(m.created_at)}", f"{m.kind} {m.quantity} ({m.reason})") for m in moves)
 
     @admin.display(description="history")
     def history_pretty(self, obj):
@@ -260,7 +309,7 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
         return format_html_join(
             "",
             "<div>{} — {} by {}: {} <em>{}</em></div>",
-            ((h["at"], h["action"], h["by"], h.get("result", ""), h.get("note", "")) for h in obj.history),
+            ((shop_time(h["at"]), h["action"], h["by"], h.get("result", ""), h.get("note", "")) for h in obj.history),
         )
 
     def get_urls(self):
@@ -312,7 +361,7 @@ class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
     """The reconciliation runs that found, did or opened something (and each final run),
     read-only, problems first; plus the report page of an activity."""
 
-    list_display = ["created_at", "activity", "identities", "stage", "actions_taken", "anomalies_opened", "page"]
+    list_display = ["checked", "activity", "identities", "stage", "actions_taken", "anomalies_opened", "page"]
     list_filter = ["identity_ok", "final", ("activity", SaleFilter)]
     list_select_related = ["activity"]
     date_hierarchy = "created_at"
@@ -321,7 +370,7 @@ class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
     # A tuple: both attributes take it (a list is typed for one only).
     fields = (
         "activity",
-        "created_at",
+        "checked",
         "stage",
         "outcome",
         "identity_table",
@@ -332,6 +381,10 @@ class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
 
     class Media:
         css = {"all": ["orders/report.css"]}
+
+    @admin.display(description=zoned("checked"), ordering="created_at")
+    def checked(self, obj):
+        return shop_time(obj.created_at, label=False)
 
     @admin.display(description="identities", ordering="identity_ok")
     def identities(self, obj):
@@ -394,12 +447,18 @@ class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
         # Another merchant's sale answers as a missing one.
         activity = get_object_or_404(sales_visible_to(user=request.user, sales=activity_model()), pk=activity_id)
         data = activity_report_data(activity=activity)
+        summary = data["summary"]
         context = {
             **self.admin_site.each_context(request),
             "title": f"Report: {activity}",
             "activity": activity,
-            "figures": data["figures"],
-            "summary": data["summary"],
+            "window": " – ".join(
+                (shop_time(activity.start_at, seconds=False, label=False), shop_time(activity.end_at, seconds=False))
+            ),
+            "figures": figures_in_words(data["figures"]),
+            "summary": summary,
+            "last_checked": shop_time(summary.last_checked_at) if summary else None,
+            "last_report_at": shop_time(summary.last_report.created_at) if summary and summary.last_report else None,
             "charts": activity_charts(data),
             "opts": self.model._meta,
             "can_see_reports": self.has_view_permission(request),

@@ -4,15 +4,18 @@ stored reconciliation report in words and tables for a reviewer."""
 
 import base64
 from collections.abc import Iterable, Sequence
+from datetime import UTC
 
 import pygal
 from django.utils.html import format_html, format_html_join
 from pygal.style import CleanStyle
 
+from core.clock import shop_time, shop_zone
+
 
 def _chart(title: str, series: dict[str, list[tuple]]) -> str:
     chart = pygal.DateTimeLine(
-        title=title,
+        title=f"{title}; times in {shop_zone()}",
         style=CleanStyle,
         height=320,
         width=900,
@@ -20,7 +23,8 @@ def _chart(title: str, series: dict[str, list[tuple]]) -> str:
         show_dots=False,
         truncate_label=-1,
         truncate_legend=-1,
-        x_value_formatter=lambda t: t.strftime("%H:%M:%S"),
+        # pygal hands the formatter a naive UTC datetime (utcfromtimestamp).
+        x_value_formatter=lambda t: shop_time(t.replace(tzinfo=UTC), date=False, label=False),
         js=[],  # no script from a CDN: admin pages load nothing from outside
         disable_xml_declaration=True,
         no_data_text="no data yet",
@@ -34,16 +38,16 @@ def _chart(title: str, series: dict[str, list[tuple]]) -> str:
 def activity_charts(data: dict) -> dict[str, str]:
     return {
         "sold": _chart(
-            "Units over time (cumulative)",
+            "Units over time (running total)",
             {"ordered": data["ordered"], "paid": data["paid"], "cancelled": data["cancelled"]},
         ),
         "remaining": _chart(
-            "Remaining (per reconciliation run)",
-            {"Redis remaining": data["remaining"], "database available": data["db_available"]},
+            "Units left (at each stock check)",
+            {"live counter": data["remaining"], "shop's records": data["db_available"]},
         ),
         "drift": _chart(
-            "Drift in units (per reconciliation run; 0 is healthy)",
-            {"Redis": data["redis_drift"], "database": data["db_drift"]},
+            "Units not accounted for (at each stock check; 0 is right)",
+            {"live counter": data["redis_drift"], "shop's records": data["db_drift"]},
         ),
     }
 

@@ -11,6 +11,8 @@ from django.utils.translation import gettext_lazy as _
 from payments.core import get_base_url
 from payments.models import BasePayment
 
+from core.clock import shop_time
+
 # Reservation ids of orders the database path sold from the reserve (Redis away); log
 # ids look like "1700000000000-0".
 DB_PATH_PREFIX = "db-"
@@ -276,17 +278,19 @@ class ReconciliationReport(models.Model):
     activity = models.ForeignKey("seckill.Activity", on_delete=models.CASCADE, related_name="reconciliation_reports")
     created_at = models.DateTimeField(auto_now_add=True)
     identity_ok = models.BooleanField()
-    final = models.BooleanField(default=False, help_text=_("the run made when the activity was closed"))
+    final = models.BooleanField(default=False, help_text=_("the last check, made when the sale closed"))
     anomalies_opened = models.PositiveIntegerField(default=0)
     actions_taken = models.PositiveIntegerField(default=0)
     report = models.JSONField()
 
     class Meta:
+        verbose_name = _("stock check report")
+        verbose_name_plural = _("stock check reports")
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["activity", "created_at"])]
 
     def __str__(self) -> str:
-        return f"reconciliation of activity {self.activity_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+        return f"stock check of sale {self.activity_id} at {shop_time(self.created_at)}"
 
 
 class ReconciliationSummary(models.Model):
@@ -296,7 +300,7 @@ class ReconciliationSummary(models.Model):
     activity = models.OneToOneField("seckill.Activity", on_delete=models.CASCADE, related_name="reconciliation_summary")
     last_checked_at = models.DateTimeField()
     last_identity_ok = models.BooleanField()
-    runs = models.PositiveIntegerField(default=0, help_text=_("every run, quiet or not"))
+    runs = models.PositiveIntegerField(default=0, help_text=_("every check, whether it found something or not"))
     quiet_runs_since_report = models.PositiveIntegerField(default=0)
     last_report = models.ForeignKey(
         ReconciliationReport, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -305,7 +309,7 @@ class ReconciliationSummary(models.Model):
     latest = models.JSONField(default=dict)
 
     def __str__(self) -> str:
-        return f"reconciliation summary of activity {self.activity_id}"
+        return f"stock checks of sale {self.activity_id}"
 
 
 class Payment(BasePayment):

@@ -18,9 +18,10 @@ from orders.services.addresses import order_address_attach
 from orders.services.anomalies import anomaly_record
 from orders.services.lifecycle import order_cancel
 from seckill.models import Activity
+from tests.shopper.conftest import chromium_browser, collected_static, shop_server  # noqa: F401 - the browser's fixtures
 
 from ..factories import ProductFactory, make_activity, make_users
-from ..helpers import staff_member
+from ..helpers import staff_groups_create, staff_member
 from ..lifecycle.helpers import buy
 from ..paying import pay_through_provider
 from .addresses import give_address
@@ -191,3 +192,25 @@ def test_the_fulfilment_export_is_the_paid_orders_with_addresses_in_the_shops_zo
     assert nothing.status_code == 302  # back to the list, no empty file
     told = [str(m) for m in get_messages(nothing.wsgi_request)]
     assert told[-1:] == ["Nothing exported: the 2 selected orders are not paid yet, or have no shipping address."]
+
+
+@pytest.mark.django_db  # the staff groups are rows of a data migration: no flush
+def test_in_chromium_the_orders_list_fits_1280_px(paid_orders, shop_server, chromium_browser):  # noqa: F811
+    activity, _orders = paid_orders
+    staff_groups_create()  # a browser test's database is flushed: the groups again
+    merchant, _client = staff_member("merchants")
+    merchant.set_password("pw-merchant-1234")
+    merchant.save()
+    Activity.objects.filter(pk=activity.pk).update(owner=merchant, title="A sale with a rather long title for its list")
+    context = chromium_browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+    page = context.new_page()
+    page.goto(f"{shop_server}/admin/login/?next=/admin/orders/order/")
+    page.fill("#id_username", merchant.username)
+    page.fill("#id_password", "pw-merchant-1234")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+    headers = page.locator("#result_list thead th").all_inner_texts()
+    assert any("STATUS" in h.upper() for h in headers) and any("PAID" in h.upper() for h in headers), headers
+    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    context.close()
+    assert overflow <= 0, f"the orders list is {overflow} px wider than a 1280 px window"

@@ -75,7 +75,7 @@ def test_the_report_page_shows_the_summary_of_quiet_checks(reviewer):
     page = response.content.decode()
     assert "quiet checks since the last report" in page and "none: every check was quiet" in page
     assert response.context["summary"].runs == 2
-    assert response.context["figures"]["Redis remaining (last report)"] == 5
+    assert response.context["figures"]["units left, as the live counter counts them (last check)"] == 5
 
 
 def _overlap(a: dict, b: dict) -> bool:
