@@ -88,6 +88,10 @@ def test_a_short_rehearsal_is_green(front, celery_worker, tmp_path, admission):
     for chart in ("answers.png", "latency.png", "sold.png", *(["room.png"] if admission == "room" else [])):
         assert (tmp_path / chart).stat().st_size > 0
     assert "Verdict: green" in (tmp_path / "report.html").read_text()
+    # The clean-up removes the sale with its orders, payments and stock ledger, and the shoppers.
+    call_command("rehearsal_clean", stdout=io.StringIO())
+    assert not rehearsal_activities().exists()
+    assert not get_user_model().objects.filter(username__startswith=USER_PREFIX).exists()
 
 
 def test_with_no_worker_the_verdict_is_red_and_names_it(front, tmp_path):
