@@ -19,7 +19,7 @@ from prometheus_client import multiprocess
 
 from core.metrics import PURCHASES
 from inventory.models import SeckillStock
-from orders.models import AnomalyOrder, Order, ReconciliationReport
+from orders.models import AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary
 from seckill.models import Activity
 from seckill.sale.selectors import units_left_many
 from stock.breaker import redis_away
@@ -228,13 +228,43 @@ def _sell_out(*, activity: Activity, status: str, left: int | None, last_order, 
     return f"at this pace, in about {_duration_words(seconds)}"
 
 
+# The answers' codes as a merchant reads them on the live view (the JSON keeps the codes too).
+REFUSAL_WORDS = {
+    "sold_out": "sold out",
+    "duplicate": "already bought",
+    "rate_limited": "too many tries, slowed down",
+    "busy": "shop busy, asked to retry",
+    "not_authenticated": "not signed in",
+    "authentication_failed": "sign-in not recognised",
+    "invalid_request": "request not understood",
+    "not_started": "before the start",
+    "ended": "after the end",
+    "bad_token": "outdated sale page",
+    "not_found": "no such sale",
+    "blacklisted": "blocked shopper",
+    "not_eligible": "shopper not eligible",
+    "captcha_required": "puzzle not answered",
+    "captcha_invalid": "puzzle answered wrong",
+    "ticket_required": "not let in from the waiting room",
+    "ticket_invalid": "waiting-room pass not valid",
+    "ticket_not_yours": "someone else's waiting-room pass",
+    "ticket_expired": "waiting-room pass expired",
+    "ticket_used": "waiting-room pass already used",
+    "csrf_failed": "page expired, reload needed",
+}
+
+
 def _refusals_dict() -> dict:
     try:
         refusals = purchase_refusals()
     except Exception as exc:  # a figure missing, never the page
         logger.warning("purchase counters unreadable: %s", exc)
-        return {"total": None, "by_code": {}, "shared": False}
-    return {"total": refusals.total, "by_code": refusals.by_code, "shared": refusals.shared}
+        return {"total": None, "by_code": {}, "by_reason": {}, "shared": False}
+    by_reason: dict[str, int] = {}
+    for code, n in refusals.by_code.items():
+        words = REFUSAL_WORDS.get(code, code.replace("_", " "))
+        by_reason[words] = by_reason.get(words, 0) + n
+    return {"total": refusals.total, "by_code": refusals.by_code, "by_reason": by_reason, "shared": refusals.shared}
 
 
 def _anomalies(activity: Activity) -> dict:
@@ -244,13 +274,23 @@ def _anomalies(activity: Activity) -> dict:
         str(labels.get(kind, kind)): n
         for kind, n in open_.values_list("kind").annotate(n=Count("id")).order_by("-n").values_list("kind", "n")
     }
-    latest = ReconciliationReport.objects.filter(activity=activity).order_by("-created_at").first()
+    # The latest check, quiet ones included (they store no report, only the summary).
+    summary = ReconciliationSummary.objects.filter(activity=activity).first()
     check = None
-    if latest is not None:
+    if summary is not None:
         check = {
-            "at": latest.created_at.isoformat(),
-            "stock_agrees": bool(latest.identity_ok),
-            "redis_drift": latest.report.get("redis_drift") or 0,
-            "db_drift": latest.report.get("db_drift") or 0,
+            "at": summary.last_checked_at.isoformat(),
+            "stock_agrees": bool(summary.last_identity_ok),
+            "redis_drift": (summary.latest or {}).get("redis_drift") or 0,
+            "db_drift": (summary.latest or {}).get("db_drift") or 0,
         }
+    else:
+        latest = ReconciliationReport.objects.filter(activity=activity).order_by("-created_at").first()
+        if latest is not None:
+            check = {
+                "at": latest.created_at.isoformat(),
+                "stock_agrees": bool(latest.identity_ok),
+                "redis_drift": latest.report.get("redis_drift") or 0,
+                "db_drift": latest.report.get("db_drift") or 0,
+            }
     return {"open": sum(by_kind.values()), "by_kind": by_kind, "last_check": check}

@@ -5,6 +5,11 @@
   var root = document.querySelector(".sale-board[data-url]");
   if (!root) return;
   var every = (parseInt(root.dataset.every, 10) || 5) * 1000;
+  // One clock: the shop's zone, 24-hour, whatever the browser's zone and locale
+  // (core/clock.py writes the same on the server).
+  var clock = new Intl.DateTimeFormat(root.dataset.lang || "en", {
+    timeZone: root.dataset.zone || "UTC", hourCycle: "h23", hour: "2-digit", minute: "2-digit", second: "2-digit"
+  });
 
   function field(name) { return root.querySelector('[data-field="' + name + '"]'); }
   function text(name, value) {
@@ -39,8 +44,9 @@
   }
   function lastCheck(check) {
     if (!check) return "no stock check yet";
-    if (check.stock_agrees) return "last stock check: all units accounted for";
-    return "last stock check: units unaccounted for (Redis " + check.redis_drift + ", database " + check.db_drift + ")";
+    if (check.stock_agrees) return "last stock check: every unit accounted for";
+    return "last stock check: some units not accounted for (live counter " + check.redis_drift +
+      ", shop records " + check.db_drift + "); see the anomalies";
   }
 
   function show(f) {
@@ -65,11 +71,11 @@
     text("orders.cancelled", f.orders.cancelled);
     text("sell_out", f.sell_out);
     text("refusals.total", f.refusals.total);
-    rows("refusals.by_code", Object.entries(f.refusals.by_code));
+    rows("refusals.by_reason", Object.entries(f.refusals.by_reason || {}));
     text("anomalies.open", f.anomalies.open);
     rows("anomalies.by_kind", Object.entries(f.anomalies.by_kind));
     text("last_check", lastCheck(f.anomalies.last_check));
-    text("updated", new Date().toLocaleTimeString());
+    text("updated", clock.format(new Date(f.now)));
     root.dataset.refreshed = String((parseInt(root.dataset.refreshed, 10) || 0) + 1);
   }
 
