@@ -27,10 +27,11 @@ def shop_time(value: datetime | str | None, *, date: bool = True, seconds: bool 
     if not value:
         return "–"
     if isinstance(value, str):
+        text = value
         try:
-            value = datetime.fromisoformat(value)
+            value = datetime.fromisoformat(text)
         except ValueError:
-            return value
+            return text
     local = timezone.localtime(value) if timezone.is_aware(value) else value
     shown = local.strftime("%H:%M:%S" if seconds else "%H:%M")
     if date:

@@ -169,10 +169,11 @@ class RoomStandingApi(APIView):
     def get(self, request, activity_id: int):
         standing = room_standing(snapshot_or_404(activity_id), user_id=request.user.pk)
         order = standing.order
-        body = {"joined": standing.joined, "place": standing.place, "pre_queue": standing.pre_queue, "order": None}
+        shown = None
         if order is not None:
             url = reverse("order-page", args=[order.order_no])
-            body["order"] = {"order_no": order.order_no, "status": order.status, "url": url}
+            shown = {"order_no": order.order_no, "status": order.status, "url": url}
+        body = {"joined": standing.joined, "place": standing.place, "pre_queue": standing.pre_queue, "order": shown}
         return Response(body, headers=NO_STORE)
 
 

@@ -238,8 +238,8 @@ def room_standing(activity: ActivitySnapshot, *, user_id: int) -> ShopperStandin
     if redis_away():
         raise room_away()
     pipe = stock_redis().pipeline(transaction=False)
-    pipe.hget(activity.keys.room_places, user_id)
-    pipe.sismember(activity.keys.room_pre, user_id)
+    pipe.hget(activity.keys.room_places, str(user_id))
+    pipe.sismember(activity.keys.room_pre, str(user_id))
     try:
         place, pre = pipe.execute()
     except redis.RedisError as exc:

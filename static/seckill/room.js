@@ -95,7 +95,7 @@
 
   // --- the room ---------------------------------------------------------------------------
   async function poll() {
-    if (state.done) return;
+    if (state.done && state.status) return; // done: the figures shown once, then no more polls
     // The status is the same for everyone and cacheable for a second: the browser's cache may answer.
     let body = null;
     try {
@@ -247,6 +247,9 @@
   async function loadStanding() {
     const { response, body } = await call("GET", `/api/activities/${id}/room/me`);
     if (!response || !response.ok) return;
+    state.joined = body.joined;
+    state.place = body.place;
+    state.preQueue = body.pre_queue;
     if (body.order) {
       state.bought = true;
       state.done = true;
@@ -257,12 +260,7 @@
       showOrder(body.order);
       return;
     }
-    if (body.joined) {
-      state.joined = true;
-      state.place = body.place;
-      state.preQueue = body.pre_queue;
-      joinButton.hidden = true;
-    }
+    if (body.joined) joinButton.hidden = true;
   }
 
   joinButton.addEventListener("click", join);

@@ -168,7 +168,8 @@ def test_a_payment_completed_after_the_order_was_cancelled_is_refunded_and_shown
     # While the shopper is on the provider's page, the order is cancelled.
     order_cancel(order=order, reason="shopper")
     page.locator("#gateway-succeeded").click()
-    page.wait_for_url(re.compile(r"/orders/$"))
+    page.wait_for_url(re.compile(rf"/orders/\?failed={order.order_no}$"))
+    expect(page.locator(".messages")).to_contain_text(f"Order {order.order_no} is no longer waiting for payment.")
     row = page.locator(f"#order-{order.order_no}")
     expect(row.locator(".status")).to_have_text("cancelled")
     expect(row.locator(".refund")).to_contain_text("refunded")
