@@ -108,10 +108,10 @@ class Activity(models.Model):
         ),
     )
     admission_burst = models.PositiveIntegerField(
-        _("admission burst"),
+        _("purchases let through at once"),
         null=True,
         blank=True,
-        help_text=_("Purchases the admission cap lets through at once after a quiet spell; blank = one second's rate."),
+        help_text=_("After a quiet moment, how many purchases may go through together; blank: one second's worth."),
     )
     min_member_level = models.PositiveSmallIntegerField(
         _("minimum membership level"),
@@ -148,9 +148,9 @@ class Activity(models.Model):
         _("room admission rate (shoppers per second)"), default=20, validators=[MinValueValidator(1)]
     )
     room_cap = models.PositiveIntegerField(
-        _("room cap (admitted, not yet done)"),
+        _("shoppers buying at the same time (waiting room)"),
         default=200,
-        help_text=_("Shoppers let in who have neither bought nor run out of time; 0 = no cap."),
+        help_text=_("Shoppers let in from the waiting room who may be buying at once; 0: no limit."),
     )
     room_window_seconds = models.PositiveIntegerField(
         _("time to buy once let in (seconds)"), default=120, validators=[MinValueValidator(5)]

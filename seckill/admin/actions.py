@@ -52,11 +52,11 @@ class ActivityActionsMixin(admin.ModelAdmin):
             else:
                 self.message_user(request, f"{activity}: {said}", messages.SUCCESS)
 
-    @admin.action(description="Load the stock now (warm up)", permissions=["change"])
+    @admin.action(description="Get the stock ready now", permissions=["change"])
     def warm_up(self, request, queryset):
         self._run(request, queryset, lambda a: _loaded_words(activity_warmup(activity_id=a.pk)), "loading the stock")
 
-    @admin.action(description="Reload the stock from the orders (force re-warm)", permissions=["change"])
+    @admin.action(description="Recount the stock from the orders", permissions=["change"])
     def force_rewarm(self, request, queryset):
         self._run(
             request,
@@ -93,7 +93,7 @@ class ActivityActionsMixin(admin.ModelAdmin):
             "ending",
         )
 
-    @admin.action(description="Publish the sale page (files for the CDN)", permissions=["change"])
+    @admin.action(description="Publish the sale page (for fast loading)", permissions=["change"])
     def publish(self, request, queryset):
         for activity in queryset:
             paths = activity_page_publish(activity_id=activity.pk)

@@ -12,7 +12,10 @@ from seckill.sale.activities import activity_edit_refusal
 FORM_WORDS = {
     "seckill_price": ("Sale price", None),
     "safety_stock": (None, "Units kept out of the sale, for corrections after a fault."),
-    "shards": ("Stock parts", None),
+    "shards": (
+        "Stock counters",
+        "Splits the stock over this many counters so a very busy sale keeps up; 1 suits most sales.",
+    ),
     "rate_per_user": (None, 'Purchases one shopper may try, e.g. "5/s"; "off": no limit; blank: the shop\'s default.'),
     "rate_per_ip": (None, 'Purchases one address may try, e.g. "50/s"; "off": no limit; blank: the shop\'s default.'),
     "admission_rate": (
