@@ -15,7 +15,8 @@
 -- invalid arguments.
 -- Every argument is checked (prelude.lua's whole()) before the first write: a quantity
 -- that is no whole number would fail after the XDEL, and a negative one take units.
-if (ARGV[1] or '') == '' or not whole(ARGV[2], 1) or not whole(ARGV[3], 1) then
+-- Zero is allowed: a poison entry (quantity 0) is released with nothing to give back.
+if (ARGV[1] or '') == '' or not whole(ARGV[2], 1) or not whole(ARGV[3], 0) then
   return -4
 end
 if redis.call('XDEL', KEYS[3], ARGV[1]) == 0 then

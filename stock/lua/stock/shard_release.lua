@@ -9,7 +9,7 @@
 --
 -- Returns 1 when released, 0 when it had been released (or ordered) before, -4 for
 -- invalid arguments (checked with prelude.lua's whole() before the first write).
-if (ARGV[1] or '') == '' or not whole(ARGV[2], 1) then
+if (ARGV[1] or '') == '' or not whole(ARGV[2], 0) then  -- 0: a poison entry, nothing to give back
   return -4
 end
 if redis.call('XDEL', KEYS[2], ARGV[1]) == 0 then
