@@ -66,6 +66,10 @@ class OrderAdmin(ReadOnlyAdmin):
     search_fields = ["order_no", "user__username", "reservation_id"]
     list_select_related = ["activity__product", "user"]
     actions = ["export_for_fulfilment"]
+
+    class Media:
+        css = {"all": ["orders/order-list.css"]}
+
     # The shopper's account is not for merchants or reviewers to open: plain names, no links.
     fields = (
         "order_no",
@@ -88,11 +92,11 @@ class OrderAdmin(ReadOnlyAdmin):
 
     @admin.display(description=zoned("pay by"), ordering="pay_deadline")
     def pay_by(self, obj):
-        return shop_time(obj.pay_deadline, label=False) if obj.status == Order.Status.PENDING else "–"
+        return shop_time(obj.pay_deadline, seconds=False, label=False) if obj.status == Order.Status.PENDING else "–"
 
     @admin.display(description=zoned("paid"), ordering="paid_at")
     def paid(self, obj):
-        return shop_time(obj.paid_at, label=False)
+        return shop_time(obj.paid_at, seconds=False, label=False)
 
     @admin.display(description=zoned("ordered"), ordering="created_at")
     def ordered(self, obj):
