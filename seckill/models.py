@@ -26,7 +26,7 @@ RATE_RE = re.compile(r"^0*[1-9]\d*/(0*[1-9]\d*)?[smhd]\Z")
 
 
 def validate_rate(value: str) -> None:
-    """A rate ("10/s", "100/5m": requests per fixed window, seckill.purchase.limits.rate_parse) or "off"."""
+    """A rate ("10/s", "100/5m": requests per fixed window, seckill.traffic.rate_parse) or "off"."""
     if value and value != "off" and not RATE_RE.match(value):
         raise ValidationError(_('Enter a rate such as "10/s" or "600/m", or "off".'))
 

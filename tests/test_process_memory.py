@@ -7,7 +7,8 @@ import pytest
 
 import core.memory
 from core.memory import MISSING, ProcessMemory
-from seckill.purchase import authentication, limited, shoppers
+from seckill import traffic
+from seckill.purchase import authentication, shoppers
 from seckill.purchase.fallback import fallback_slots_reset
 from seckill.sale import pages, snapshot, soldout
 from stock.breaker import redis_breaker, redis_breaker_reset
@@ -186,11 +187,11 @@ def test_forget_all_empties_every_memory_and_runs_every_reset():
 
 
 def test_forget_all_reaches_every_cache_and_singleton_of_the_project():
-    assert authentication and limited and pages and snapshot and shoppers  # imported: their memories exist
+    assert authentication and traffic and pages and snapshot and shoppers  # imported: their memories exist
     names = {memory.name for memory in core.memory.memories()}
     assert {
         "seckill.purchase.authentication",
-        "seckill.purchase.limited",
+        "seckill.traffic",
         "seckill.sale.pages.rendered",
         "seckill.sale.snapshot.flights",
         "seckill.sale.snapshot.local",
@@ -234,7 +235,7 @@ def test_a_memory_keeps_within_its_bytes_dropping_the_oldest():
 def test_every_memory_of_the_project_stays_within_its_entries_and_bytes_under_a_flood_of_new_keys():
     """30,000 distinct shoppers' worth of keys and more, into every memory: none grows past
     its bounds (the token memory's key is a 40-character token, as a real one)."""
-    assert authentication and limited and pages and snapshot and shoppers  # imported: their memories exist
+    assert authentication and traffic and pages and snapshot and shoppers  # imported: their memories exist
     for memory in core.memory.memories():
         for i in range(memory.max_entries + 1000):
             memory.put((f"{i:040d}", i), ("value", i), ttl=3600)

@@ -23,16 +23,7 @@ from seckill.models import Activity
 from seckill.purchase.authentication import token_known, token_shopper, token_shopper_of_reply
 from seckill.purchase.body import PurchaseBody, purchase_body_parse
 from seckill.purchase.captcha import captcha_consume
-from seckill.purchase.limits import (
-    TrafficLimits,
-    activity_limits,
-    auth_failure_limit,
-    client_ip,
-    gate_call,
-    limits_verdict,
-    purchase_admission_check,
-    traffic_limits_check,
-)
+from seckill.purchase.limits import activity_limits, auth_failure_limit, client_ip, purchase_admission_check
 from seckill.purchase.shoppers import blacklist, blacklist_remembered, shopper_facts
 from seckill.purchase.token_cache import token_lookup
 from seckill.purchase.took_part import took_part_known, took_part_refusal
@@ -40,6 +31,7 @@ from seckill.room.tickets import room_ticket_check
 from seckill.sale.activities import activity_token_ensure
 from seckill.sale.snapshot import ActivitySnapshot, activity_absent, activity_snapshot, activity_snapshot_remembered
 from seckill.sale.soldout import sold_out_known
+from seckill.traffic import TrafficLimits, gate_call, limits_verdict, traffic_limits_check
 from stock.breaker import redis_breaker
 from stock.scripts import RateLimit
 

@@ -2,7 +2,6 @@
 everyone, cacheable for a second), a ticket when let in, the draw's evidence."""
 
 import functools
-import ipaddress
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -15,15 +14,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import NO_STORE, ErrorSerializer, error_json
+from core.client_address import client_ip
 from core.errors import api_error_of
 from core.log_filters import expected_rejection_unlogged
-from seckill.purchase.limits import TrafficLimits, client_ip, rate_parse, traffic_limits_check
 from seckill.room.draw import room_draw
 from seckill.room.queue import room_join
 from seckill.room.status import estimate_seconds, room_standing, room_status, status_bytes
 from seckill.room.tickets import room_ticket_issue
 from seckill.sale.apis import snapshot_or_404
 from seckill.sale.snapshot import ActivitySnapshot
+from seckill.traffic import TrafficLimits, ip_bucket, rate_parse, traffic_limits_check
 from stock.scripts import RateLimit
 
 _ERR = OpenApiResponse(ErrorSerializer)
@@ -36,8 +36,7 @@ def join_limits(request, activity: ActivitySnapshot) -> TrafficLimits:
     ip = client_ip(request) if rate else None
     if not rate or not ip:
         return TrafficLimits(f"room:{activity.id}", None, None)
-    address = ipaddress.ip_address(ip)
-    bucket = str(ipaddress.ip_network(f"{ip}/64", strict=False)) if address.version == 6 else ip
+    bucket = ip_bucket(ip)
     return TrafficLimits(f"room:{activity.id}", None, RateLimit(f"seckill:rl:room:{activity.id}:ip:{bucket}", *rate))
 
 

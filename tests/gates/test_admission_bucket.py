@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.test import RequestFactory, override_settings
 
-from seckill.purchase.limits import client_ip
+from core.client_address import client_ip
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 from stock.scripts import run_admission

@@ -9,9 +9,9 @@ from rest_framework.test import APIClient
 
 from seckill.apps import rates_check
 from seckill.purchase.authentication import token_cache_clear
-from seckill.purchase.limits import rate_parse
 from seckill.purchase.token_cache import SHARED_PREFIX, token_shared_fill
 from seckill.sale.activities import activity_token_ensure
+from seckill.traffic import rate_parse
 from stock.keys import ActivityKeys
 from stock.redis_client import cache_redis, stock_redis
 
