@@ -33,7 +33,7 @@ class SaleStatus:
     """The one status word of a sale in the admin."""
 
     SCHEDULED = "scheduled"
-    WARMING = "warming"
+    WARMING = "ready to open"
     LIVE = "live"
     SOLD_OUT = "sold out"
     ENDED = "ended"

@@ -18,7 +18,7 @@ class SaleStatusFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         return [
             (SaleStatus.SCHEDULED, "scheduled"),
-            (SaleStatus.WARMING, "warming"),
+            (SaleStatus.WARMING, "ready to open"),
             (SaleStatus.LIVE, "live or sold out"),
             (SaleStatus.ENDED, "ended"),
         ]

@@ -91,7 +91,7 @@ def test_changelist_shows_one_status_what_is_left_and_the_orders(merchant):
     assert cell(html, "orders_summary", hot) == '<span class="sale-orders">1 paid<br>2 pending</span>'
     assert cell(html, "stock_left", cold) == "– / 4"
     badges = {row: re.search(r">([a-z ]+)</span>", cell(html, "status_badge", row)).group(1) for row in rows_of(html)}
-    assert (badges[hot], badges[cold], badges[warm], badges[gone]) == ("live", "scheduled", "warming", "sold out")
+    assert (badges[hot], badges[cold], badges[warm], badges[gone]) == ("live", "scheduled", "ready to open", "sold out")
     # One status column, not two; no developer words.
     assert "field-phase_display" not in html and "field-status" not in html.replace("field-status_badge", "")
     assert "Redis" not in html
@@ -104,7 +104,7 @@ def test_changelist_shows_one_status_what_is_left_and_the_orders(merchant):
     # Filters (in the badge's words) and search.
     scheduled = merchant.get(CHANGELIST, {"sale": "scheduled"}).content.decode()
     assert "Cold sale" in scheduled and "Test sale" not in scheduled and "Warm sale" not in scheduled
-    assert "Warm sale" in merchant.get(CHANGELIST, {"sale": "warming"}).content.decode()
+    assert "Warm sale" in merchant.get(CHANGELIST, {"sale": "ready to open"}).content.decode()
     live = merchant.get(CHANGELIST, {"sale": "live"}).content.decode()
     assert "Test sale" in live and "Gone sale" in live and "Cold sale" not in live
     found = merchant.get(CHANGELIST, {"q": "Cold"}).content.decode()

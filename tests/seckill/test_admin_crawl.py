@@ -436,6 +436,7 @@ def test_superusers_and_holders_of_the_global_permission_see_every_sale(two_merc
 JARGON = [
     "seckill stock",
     "re-warm",
+    "warming",
     "warm up",
     "for the cdn",
     "stock parts",

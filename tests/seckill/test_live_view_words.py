@@ -40,3 +40,12 @@ def test_the_live_page_says_refusals_in_words_and_labels_its_clock():
     assert 'data-zone="Asia/Shanghai"' in page and "Asia/Shanghai" in page
     figures = client.get(reverse("admin:seckill_activity_live_json", args=[activity.pk])).json()
     assert figures["refusals"]["by_reason"]["not signed in"] >= 3
+
+
+@pytest.mark.django_db
+def test_the_live_page_shows_the_whole_stock_and_says_what_the_reserve_is():
+    activity = make_activity(stock=50, db_reserve=1)
+    _, client = staff_member(None)
+    page = client.get(reverse("admin:seckill_activity_live", args=[activity.pk])).content.decode()
+    assert 'data-field="left">50</span> left' in page
+    assert "1 of them are kept aside so the sale goes on if the live counter stops" in page
