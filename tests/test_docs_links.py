@@ -74,11 +74,6 @@ DOTTED = re.compile(r"^[a-z_]\w*(?:\.[A-Za-z_]\w*)+$")
 PATH = re.compile(r"^[\w.-]+(?:/[\w.*{},-]*)*$")
 
 
-# Pages whose code references another change is fixing right now (issue 41): their links are
-# checked, their references not yet. Remove an entry with that change.
-REFERENCES_BEING_FIXED = {"docs/API.md"}
-
-
 def code_references(path: Path) -> list[str]:
     return INLINE_CODE.findall(FENCE.sub("", path.read_text()))
 
@@ -153,8 +148,6 @@ def broken_code_references() -> list[str]:
     broken = []
     for doc in documents():
         where = doc.relative_to(BASE_DIR)
-        if where.as_posix() in REFERENCES_BEING_FIXED:
-            continue
         for ref in code_references(doc):
             ref = ref.rstrip(".,:;")
             if (
