@@ -218,11 +218,13 @@ def test_the_report_page_shows_the_numbers_beside_the_charts():
     response = client.get(reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]))
     assert response.status_code == 200
     page = response.content.decode()
-    assert page.count('src="data:image/svg+xml') == 3 and "Units over time" in page and "Drift in units" in page
-    assert "units paid" in page and "Redis remaining (last report)" in page
-    assert response.context["figures"]["units paid"] == 1
-    assert response.context["figures"]["units pending payment"] == 3
-    assert response.context["figures"]["Redis remaining (last report)"] == 6
+    assert page.count('src="data:image/svg+xml') == 3
+    assert "Units over time" in page and "Units not accounted for" in page
+    assert "units paid" in page and "units left, as the live counter counts them (last check)" in page
+    figures = response.context["figures"]  # in the merchant's words (orders.admin.FIGURE_WORDS)
+    assert figures["units paid"] == 1
+    assert figures["units waiting for payment"] == 3
+    assert figures["units left, as the live counter counts them (last check)"] == 6
     listing = client.get(reverse("admin:orders_reconciliationreport_changelist")).content.decode()
     assert reverse("admin:orders_reconciliationreport_activity", args=[activity.pk]) in listing
     report = activity.reconciliation_reports.first()
