@@ -415,14 +415,21 @@ def shut_down(run: Run) -> None:
     _say("stopped" + (f" (and the embedded {', '.join(stopped)})" if stopped else ""))
 
 
+def _fd(stream, standard: int) -> int:
+    """The stream's file descriptor, or the standard one when it has none (a test's
+    captured stdout is a Python object)."""
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
+        return standard
+
+
 def main() -> int:
     env = dict(os.environ)
     # The local settings unless the caller chose others (manage.py, the WSGI/ASGI
     # applications and Celery default to production).
     env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
-    run = Run(
-        env=env, port=int(env.get("PORT", "8000")), out=Relay(sys.stdout.fileno()), err=Relay(sys.stderr.fileno())
-    )
+    run = Run(env=env, port=int(env.get("PORT", "8000")), out=Relay(_fd(sys.stdout, 1)), err=Relay(_fd(sys.stderr, 2)))
     for signum in STOP_SIGNALS:  # before anything starts: a stop at any point is orderly
         signal.signal(signum, run.stop)
     # Checked before anything starts: nginx is the front door, and the port is its.

@@ -448,8 +448,10 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_FORMAT == "json" else "plain",
-            # A 4xx's "Not Found: /x" is left out: its access line says it (one line a request).
-            "filters": ["request_id", "url_passwords", "client_errors"],
+            # A 4xx's "Not Found: /x" is left out of the plain console: its access line says
+            # it (one line a request). The JSON lines keep it: the access line carries no
+            # request id, and a client's X-Request-ID must lead to a line.
+            "filters": ["request_id", "url_passwords", *(["client_errors"] if LOG_FORMAT != "json" else [])],
         }
     },
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
