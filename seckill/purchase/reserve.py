@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 
 import redis
 from django.core.exceptions import SynchronousOnlyOperation
@@ -47,6 +48,9 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     try:
         if ticket == breaker.PROBE:
             reserve_participants_sync()  # who bought from the reserve cannot buy again through Redis
+        # The memories below count from the moment of asking: what the script said was
+        # true then, and a busy process may remember it much later.
+        asked_at = time.monotonic()
         reply = _reserve(activity, user_id=user_id, quantity=quantity)
         if (
             reply.code == ScriptCode.DUPLICATE
@@ -56,11 +60,13 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
         ):
             # A pending claim that an error left behind, without a reservation: gone, so
             # this purchase is the shopper's next attempt.
+            asked_at = time.monotonic()
             reply = _reserve(activity, user_id=user_id, quantity=quantity)
         if reply.code == ScriptCode.HELD:
             # Redis's share is short but the reserve is not empty: "sold out" would not be
             # final. The reserve joins Redis's share, then the purchase asks again.
             _reserve_handed_over(activity.id)
+            asked_at = time.monotonic()
             reply = _reserve(activity, user_id=user_id, quantity=quantity)
     except redis.TimeoutError as exc:
         # The script may have run: the outcome is unknown, so no second path may sell.
@@ -81,11 +87,11 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     # over every shard and the reserve (stock.scripts._sharded_last_word), so it is a fact.
     whole_stock = not StockLayout(activity.id, activity.shards).sharded
     if whole_stock and reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE, ScriptCode.SOLD_OUT):
-        sold_out_note(activity.id, reply.remaining)  # "none left" is answered here, without Redis, for a moment
+        sold_out_note(activity.id, reply.remaining, since=asked_at)  # "none left" answered here, for a moment
     elif reply.code == ScriptCode.SOLD_OUT:
-        sold_out_remember(activity.id)
+        sold_out_remember(activity.id, since=asked_at)
     if reply.code in (ScriptCode.RESERVED, ScriptCode.DUPLICATE):
-        took_part_remember(activity.id, user_id)  # a retry is answered 409 here, for a moment
+        took_part_remember(activity.id, user_id, since=asked_at)  # a retry is answered 409 here, for a moment
     if reply.code == ScriptCode.RESERVED:
         if reply.kick:
             _enqueue_drain(activity.id)

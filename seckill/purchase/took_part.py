@@ -12,6 +12,8 @@ was cancelled may buy again in every process within a second, as the contract sa
 request began, beyond the memory's bound).
 """
 
+import time
+
 from django.conf import settings
 
 from core.errors import ApiError
@@ -26,8 +28,10 @@ def took_part_known(activity_id: int, user_id: int) -> bool:
     return bool(_memory.get((activity_id, user_id), False))
 
 
-def took_part_remember(activity_id: int, user_id: int) -> None:
-    ttl = settings.SECKILL_DUPLICATE_TTL
+def took_part_remember(activity_id: int, user_id: int, *, since: float | None = None) -> None:
+    """Remember for SECKILL_DUPLICATE_TTL counted from ``since`` (``time.monotonic()`` when
+    the script was asked): the bound holds however late a busy process gets here."""
+    ttl = settings.SECKILL_DUPLICATE_TTL - (0.0 if since is None else time.monotonic() - since)
     if ttl > 0:
         _memory.put((activity_id, user_id), True, ttl)
 

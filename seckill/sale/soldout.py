@@ -7,6 +7,8 @@ cancelled or timed-out order) is on sale again in every process within that time
 message to deliver or lose.
 """
 
+import time
+
 from django.conf import settings
 
 from core.memory import ProcessMemory
@@ -24,17 +26,19 @@ def sold_out_known(activity_id: int) -> bool:
     return bool(_memory.get(activity_id, False))
 
 
-def sold_out_remember(activity_id: int) -> None:
-    ttl = settings.SECKILL_SOLD_OUT_TTL
+def sold_out_remember(activity_id: int, *, since: float | None = None) -> None:
+    """Remember for SECKILL_SOLD_OUT_TTL counted from ``since`` (``time.monotonic()`` when
+    Redis was asked): the bound holds however late a busy process gets here."""
+    ttl = settings.SECKILL_SOLD_OUT_TTL - (0.0 if since is None else time.monotonic() - since)
     if ttl <= 0:
         return
     _memory.put(activity_id, True, ttl)
 
 
-def sold_out_note(activity_id: int, remaining: int) -> None:
+def sold_out_note(activity_id: int, remaining: int, *, since: float | None = None) -> None:
     """What the stock script said is left: remember "none", forget otherwise."""
     if remaining <= 0:
-        sold_out_remember(activity_id)
+        sold_out_remember(activity_id, since=since)
     elif activity_id in _memory:
         sold_out_forget(activity_id)
 
