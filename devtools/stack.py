@@ -16,6 +16,7 @@ would print is dropped and it carries on. Should it die without a chance to clea
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -155,13 +156,11 @@ def _listening_inodes(port: int) -> set[str]:
 
 def _socket_inodes(pid: int) -> set[str]:
     found = set()
-    try:
+    with contextlib.suppress(OSError):  # gone, or not ours to read
         for fd in Path(f"/proc/{pid}/fd").iterdir():
             target = os.readlink(fd)
             if target.startswith("socket:["):
                 found.add(target[8:-1])
-    except OSError:  # gone, or not ours to read
-        pass
     return found
 
 

@@ -75,15 +75,18 @@ class Shop:
             session, found, url = requests.Session(), [], f"{self.base}/api/orders/"
             headers = {"Authorization": f"Token {tokens[index]}"}
             while url:
+                failure = ""
                 for _attempt in range(5):
                     try:
                         r = session.get(url, headers=headers, timeout=TIMEOUT)
-                        if r.status_code == 200:
-                            break
-                    except requests.RequestException:
-                        pass
+                    except requests.RequestException as exc:
+                        failure = str(exc)
+                        continue
+                    if r.status_code == 200:
+                        break
+                    failure = f"HTTP {r.status_code}"
                 else:
-                    raise RuntimeError(f"shopper {index}'s orders could not be read")
+                    raise RuntimeError(f"shopper {index}'s orders could not be read: {failure}")
                 page = r.json()
                 found += [o for o in page.get("results", []) if o.get("activity") == self.activity]
                 url = page.get("next")
