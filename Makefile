@@ -43,6 +43,7 @@ manage: $(STAMP)
 
 # docs/screenshots/ of the admin live view, the anomaly page and the order page, from the
 # whole stack on its own embedded servers (or DATABASE_URL / REDIS_URL) and Chromium.
+# The win mail in both languages first, without the stack (SCREENSHOTS_ARGS=--mails-only: only them).
 screenshots: $(STAMP)
 	@bash .ci/system-packages
 	@$(BIN)/python -m devtools.screenshots $(SCREENSHOTS_ARGS)

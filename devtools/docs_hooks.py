@@ -1,7 +1,7 @@
 """MkDocs hooks of the site (`make docs`, mkdocs.yml).
 
 - The generated reference pages (devtools/docs_reference.py) join the site at build time:
-  the HTTP API from the OpenAPI schema, the management commands, the metrics.
+  the HTTP API from the OpenAPI schema, the management commands, the metrics, the mails.
 - Headings get GitHub's anchors (the same link works on the site and on the repository's
   pages).
 - A link from a page to a file of the repository outside docs/ (a module, .env.example)
@@ -21,7 +21,7 @@ from mkdocs.structure.files import File
 
 REPO = Path(__file__).resolve().parent.parent
 # The pages devtools/docs_reference.py writes, under docs/reference/.
-GENERATED = ("reference/http-api.md", "reference/commands.md", "reference/metrics.md")
+GENERATED = ("reference/http-api.md", "reference/commands.md", "reference/metrics.md", "reference/mails.md")
 LINK = re.compile(r"(?<!!)\[([^\]]*)\]\(((?:\.\./)+)([^)#\s]+)\)")
 
 

@@ -1,8 +1,10 @@
 """The site's generated reference pages, written from the code as it is: the HTTP API (the
-OpenAPI schema drf-spectacular builds), the management commands (their own --help) and the
-metrics (the Prometheus objects the processes register).
+OpenAPI schema drf-spectacular builds), the management commands (their own --help), the
+metrics (the Prometheus objects the processes register) and the shopper's mails (rendered from
+their templates: devtools/docs_mails.py).
 
     python -m devtools.docs_reference OUTDIR
+    python -m devtools.docs_reference --mail-screens   # the mails to shoot, as JSON (devtools/screenshots.py)
 
 It runs on the test settings with placeholder URLs: nothing connects (the scrape-time
 collector's reads fail and are skipped). `make docs` runs it through devtools/docs_hooks.py.
@@ -17,6 +19,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from .docs_mails import SAMPLE_ENVIRONMENT, mail_screens, mails_page
 
 # Placeholders on a port nothing listens on: building the docs never touches a server.
 PLACEHOLDERS = {
@@ -171,18 +175,27 @@ def schema() -> dict[str, Any]:
     return json.loads(out.getvalue())
 
 
-def main(outdir: str) -> None:
-    for name, value in PLACEHOLDERS.items():
-        os.environ[name] = value  # the build's own, whatever the shell holds
+def django_ready() -> None:
+    """Django on the build's own settings, whatever the shell holds: placeholders, the mails' sample shop."""
+    for name, value in {**PLACEHOLDERS, **SAMPLE_ENVIRONMENT}.items():
+        os.environ[name] = value
     sys.path.insert(0, str(REPO))
     import django
 
     django.setup()
+
+
+def main(outdir: str) -> None:
+    django_ready()
+    if outdir == "--mail-screens":
+        print(json.dumps(mail_screens()))
+        return
     target = Path(outdir)
     target.mkdir(parents=True, exist_ok=True)
     (target / "http-api.md").write_text(schema_page(schema()))
     (target / "commands.md").write_text(commands_page())
     (target / "metrics.md").write_text(metrics_page())
+    (target / "mails.md").write_text(mails_page())
 
 
 if __name__ == "__main__":

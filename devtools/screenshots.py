@@ -8,7 +8,10 @@ HTTP, a stock drift is made and reconciled (an anomaly for the reviewer); then C
 (Debian's, driven by Playwright) logs in as each role and shoots each page. A page that
 does not exist (no URL of that name, or a 403 / 404 / 500) fails the command, saying which.
 
-    python -m devtools.screenshots [--out docs/screenshots]
+First, without the stack: the mails of devtools.docs_mails.SCREENSHOTS as a mail reader shows
+them, rendered by the docs' generator (no server, no database) and shot by the same Chromium.
+
+    python -m devtools.screenshots [--out docs/screenshots] [--mails-only]
 """
 
 from __future__ import annotations
@@ -282,6 +285,33 @@ def shoot(base: str, urls: dict[str, str | None], password: str, out: Path) -> l
     return problems
 
 
+def shoot_mails(out: Path) -> list[str]:
+    """The mails' screenshots; the problems found."""
+    from playwright.sync_api import sync_playwright
+
+    rendered = subprocess.run(
+        [PY, "-m", "devtools.docs_reference", "--mail-screens"],
+        cwd=BASE_DIR,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    screens: dict[str, str] = json.loads(rendered.stdout.strip().splitlines()[-1])
+    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
+        return [f"mails: Chromium not found at {CHROMIUM}: apt-get install -y chromium (make screenshots does)"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 820, "height": 600})
+            for file, markup in screens.items():
+                page.set_content(markup)
+                page.locator(".reader").screenshot(path=str(out / file))
+                _say(f"wrote {out / file}")
+        finally:
+            browser.close()
+    return []
+
+
 def _warn_without_chinese_font() -> None:
     """The header's language switcher says 简体中文: without a CJK font it shows as boxes."""
     if not shutil.which("fc-list"):
@@ -297,9 +327,17 @@ def main(argv: list[str]) -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/screenshots", help="folder for the PNG files (docs/screenshots)")
+    parser.add_argument("--mails-only", action="store_true", help="only the mails (no stack started)")
     args = parser.parse_args(argv[1:])
     out = (BASE_DIR / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+
+    _warn_without_chinese_font()
+    problems = shoot_mails(out)
+    if args.mails_only:
+        for problem in problems:
+            _say(f"FAILED {problem}")
+        return 1 if problems else 0
 
     state_dir = BASE_DIR / ".local" / "screenshots"
     if state_dir.exists():  # a previous run's servers, if any survived it, then its data
@@ -309,7 +347,6 @@ def main(argv: list[str]) -> int:
     state_dir.mkdir(parents=True)
     state_dir.chmod(0o755)  # the embedded PostgreSQL runs as an unprivileged user under root
 
-    _warn_without_chinese_font()
     _say(f"starting the stack (log: {state_dir.relative_to(BASE_DIR)}/stack.log)…")
     stack = Stack(state_dir)
     try:
@@ -317,7 +354,7 @@ def main(argv: list[str]) -> int:
         sale = stack.manage("prepare", "tokens")
         buy(stack, sale["activity"], sale["tokens"])
         pages = stack.manage("prepare", "pages")
-        problems = shoot(stack.base, pages["urls"], sale["password"], out)
+        problems += shoot(stack.base, pages["urls"], sale["password"], out)
     finally:
         _say("stopping the stack…")
         stack.stop()
