@@ -215,9 +215,9 @@ def tail_rounds_table(payload: dict) -> list[str]:
         return []
     n = max(len(r["p99s"]) for r in rounds.values())
     lines = [
-        "The purchases' tail side by side: each round measured right after a pass of the standard server"
-        " with the shortest tail in the pass before the scenarios, and one pass after the last round; the"
-        " p99 target is judged on the rounds' mean p99 over the passes' mean p99 (≤ 1.5):",
+        "The purchases' tail side by side. Each round is measured right after a pass of the standard server"
+        " with the shortest tail in the pass before the scenarios. One more pass follows the last round."
+        " The p99 target is judged on the rounds' mean p99 over the passes' mean p99 (≤ 1.5):",
         "",
         "| purchase (202) | conns | "
         + " | ".join(f"round {i} p99 ms (req/s)" for i in range(1, n + 1))
@@ -287,9 +287,10 @@ def cpu_table(payload: dict) -> list[str]:
         return []
     parts = ("nginx", "web", "worker", "postgres", "redis")
     lines = [
-        "CPU per answer, by process (ms of CPU time from /proc, utime + stime, over the run; for the purchases"
-        " from the first request until the run's last order is written; nginx: the master and its workers;"
-        " PostgreSQL: the postmaster and every backend; plain Django: its nginx and gunicorn):",
+        "CPU per answer, by process, in ms of CPU time from /proc (utime + stime) over the run. For the"
+        " purchases the run lasts from the first request until its last order is written. The nginx column"
+        " counts the master and its workers, the PostgreSQL column the postmaster and every backend. Plain"
+        " Django counts its nginx and gunicorn:",
         "",
         "| scenario | via | conns | nginx | web (gunicorn) | Celery worker | PostgreSQL | Redis | total |"
         " last order after wrk s |",
@@ -314,8 +315,9 @@ def direct_table(payload: dict) -> list[str]:
     measured = passes.get("direct", {})
     best, tail = yardstick_best(measured), yardstick_tail(measured)
     lines = [
-        "Straight at gunicorn, no nginx (context): the project's scenarios over plain Django's best straight at"
-        " its server, measured once beside them (req/s: the server with the most; p99: the lowest):",
+        "Straight at gunicorn, no nginx (context). The project's scenarios are divided by plain Django's best"
+        " straight at its server, measured once beside them. For req/s that is the server with the most;"
+        " for p99, the lowest:",
         "",
         "| scenario | conns | req/s | × plain Django, direct | p50 ms | p99 ms | p99 × plain Django's, direct |"
         " socket errors connect / read / write / timeout | answers by status | CPU ms per answer |",
@@ -360,9 +362,9 @@ def keepalive_table(payload: dict) -> list[str]:
     if not rows:
         return []
     lines = [
-        "Refusals over keep-alive connections: each thread of wrk sends its share of the refusals on the"
-        " connections it keeps open, then the bare view until every refusal has its answer (the fill-in"
-        " pings); target: every refusal answered, 0 transport errors:",
+        "Refusals over keep-alive connections. Each thread of wrk sends its share of the refusals on the"
+        " connections it keeps open. Then it sends the bare view until every refusal has its answer (the"
+        " fill-in pings). Target: every refusal answered, 0 transport errors:",
         "",
         "| scenario | via | conns | sent | answered | fill-in pings | seconds | req/s | p99 ms |"
         " transport errors connect / read / write / timeout | answers by status | met |",
@@ -385,8 +387,8 @@ def memory_table(payload: dict) -> list[str]:
         return []
     workers = " · ".join(f"{mb:,.1f} MB" for mb in r["workers_rss_mb"])
     return [
-        f"Resident memory (VmRSS) after {r['distinct_shoppers']:,} distinct shoppers bought or were refused:"
-        f" web workers {workers}; gunicorn master {r['master_rss_mb']:,.1f} MB.",
+        f"Resident memory (VmRSS) after {r['distinct_shoppers']:,} distinct shoppers bought or were refused."
+        f" Web workers: {workers}. Gunicorn master: {r['master_rss_mb']:,.1f} MB.",
         "",
     ]
 
@@ -514,24 +516,24 @@ def generated_section(payload: dict, plot_name: str) -> str:
             "",
             f"Command: `{payload['command']}`" + (f" on {m['code']}" if m.get("code") else ""),
             "",
-            f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']} memory, Linux {m['kernel']}, "
-            f"Python {m['python']}, {m['wrk']}; "
-            + (f"{m['nginx']} in front of each side (deploy/nginx/shop.conf); " if m.get("nginx") else "")
-            + f"the project: gunicorn {m.get('gunicorn_workers')} worker processes "
-            f"({server}); Celery worker at nice {m.get('celery_worker_nice', 0)}; "
-            + (f"{m['redis']}; " if m.get("redis") else "")
-            + "load generator, servers, PostgreSQL and Redis all on these cores.",
+            f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']} memory. "
+            f"Software: Linux {m['kernel']}, Python {m['python']}, {m['wrk']}. "
+            + (f"In front of each side: {m['nginx']} (deploy/nginx/shop.conf). " if m.get("nginx") else "")
+            + f"The project: gunicorn {m.get('gunicorn_workers')} worker processes ({server}). "
+            f"Celery worker at nice {m.get('celery_worker_nice', 0)}. "
+            + (f"Redis: {m['redis']}. " if m.get("redis") else "")
+            + "The load generator, servers, PostgreSQL and Redis all run on these cores.",
             "",
             f"Load before: `{m['uptime_before']}`  ",
             f"Load after: `{m['uptime_after']}`"
-            + (f"; the run took {m['run_minutes']} minutes." if m.get("run_minutes") else ""),
+            + (f". The run took {m['run_minutes']} minutes." if m.get("run_minutes") else ""),
             "",
-            "Every scenario of the main table goes through nginx to the project's gunicorn; plain Django goes"
-            " through the same nginx configuration to its own. × plain Django: the scenario's req/s over the"
-            " reference at the same connection count, the mean of the best of the three plain-Django servers"
-            " measured before and after the project's scenarios (the yardstick table below); p99 over the mean"
-            " of the passes' lowest p99. The purchases' p99 is judged on their rounds beside the yardstick (the"
-            " side-by-side table below). Rows without a target are context.",
+            "Every scenario of the main table goes through nginx to the project's gunicorn. Plain Django goes"
+            ' through the same nginx configuration to its own. "× plain Django" is the scenario\'s req/s over'
+            " the reference at the same connection count. The reference is the mean of the best of the three"
+            " plain-Django servers, measured before and after the project's scenarios (the yardstick table"
+            " below). Its p99 is the mean of the passes' lowest p99. The purchases' p99 is judged on their"
+            " rounds beside the yardstick (the side-by-side table below). Rows without a target are context.",
             "",
             tables(payload),
             f"![req/s and p99 of each scenario as multiples of plain Django's]({plot_name})",
