@@ -14,7 +14,7 @@ from django.core.mail import get_connection
 from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import DateTimeField, DurationField, Exists, ExpressionWrapper, F, OuterRef, Value
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from accounts.mail import Mail, language_of, mail_render, mail_send_once, site_url
 from accounts.models import SentMail
@@ -49,16 +49,20 @@ def order_mails_enqueue(*, kind: str, order_ids: list[int]) -> None:
 
 
 def order_mail(*, order: Order, kind: str) -> Mail:
-    """The ``kind`` mail of ``order``, in its shopper's language."""
+    """The ``kind`` mail of ``order``, in its shopper's language; its link opens the page in
+    that language too (/zh-hans/orders/…), on any device."""
+    language = language_of(order.user)
+    with translation.override(language):
+        order_path = reverse("order-page", args=[order.order_no])
     context = {
         "order": order,
         "title": order.activity.title,
-        "order_url": site_url(reverse("order-page", args=[order.order_no])),
+        "order_url": site_url(order_path),
         # The one clock for people (core.clock): the shop's zone, 24-hour, labelled.
         "pay_by": shop_time(order.pay_deadline),
         "paid_at": shop_time(order.paid_at),
     }
-    return mail_render(template=f"order_{kind}", context=context, to=order.user.email, language=language_of(order.user))
+    return mail_render(template=f"order_{kind}", context=context, to=order.user.email, language=language)
 
 
 @shared_task(**{**MAIL_TASK_OPTIONS, "autoretry_for": (OSError, OperationalError, InterfaceError)})
