@@ -9,6 +9,15 @@ from django.utils.translation import gettext_lazy as _
 
 from .tasks import mail_send_task
 
+EMAIL_TAKEN = _("An account with this e-mail address exists already.")
+
+
+def email_taken(email: str, *, other_than: int | None = None) -> bool:
+    """Whether an active account other than ``other_than`` has ``email``, whatever its case:
+    the rule the database holds too (accounts migration 0002)."""
+    holders = get_user_model().objects.filter(email__iexact=email, is_active=True)
+    return (holders.exclude(pk=other_than) if other_than is not None else holders).exists()
+
 
 class SignupForm(UserCreationForm):
     """A username, an e-mail address (required, one active account each, whatever its
@@ -22,10 +31,8 @@ class SignupForm(UserCreationForm):
 
     def clean_email(self) -> str:
         email = get_user_model().objects.normalize_email(self.cleaned_data["email"]).strip()
-        if get_user_model().objects.filter(email__iexact=email, is_active=True).exists():
-            raise forms.ValidationError(
-                _("An account with this e-mail address exists already."), code="duplicate_email"
-            )
+        if email_taken(email):
+            raise forms.ValidationError(EMAIL_TAKEN, code="duplicate_email")
         return email
 
 

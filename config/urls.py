@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
+from accounts import views as account_views
 from orders import urls as order_urls
 from seckill import urls as seckill_urls
 from seckill.sale.views import favicon
@@ -26,18 +27,21 @@ urlpatterns = [
     path("api/", include(api)),
     path("", include(seckill_urls.shared_urlpatterns)),
     path("", include(order_urls.provider_urlpatterns)),
-    path("accounts/", include("accounts.urls")),  # sign-up, the queued password reset
-    path("accounts/", include("django.contrib.auth.urls")),
-    path("i18n/", include("django.conf.urls.i18n")),
+    # Django's set_language, remembered for a signed-in shopper's mails.
+    path("i18n/setlang/", account_views.language_switch, name="set_language"),
     path(settings.ADMIN_URL, admin.site.urls),
     path("favicon.ico", favicon, name="favicon"),
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.metrics, name="metrics"),
 ]
-# The shopper's pages in every language: /orders/ in the visitor's language, /zh-hans/orders/
-# in Chinese for everyone (core.locale.PathOrVisitorLocaleMiddleware).
+# The shopper's pages in every language, the account pages included: /orders/ in the
+# visitor's language, /zh-hans/orders/ in Chinese for everyone (core.locale.PathOrVisitorLocaleMiddleware).
 urlpatterns += i18n_patterns(
-    path("", include(seckill_urls)), path("", include(order_urls)), prefix_default_language=False
+    path("", include(seckill_urls)),
+    path("", include(order_urls)),
+    path("accounts/", include("accounts.urls")),  # sign-up, the queued password reset
+    path("accounts/", include("django.contrib.auth.urls")),
+    prefix_default_language=False,
 )
 
 if settings.SECKILL_BENCH_VIEWS:

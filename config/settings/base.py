@@ -253,9 +253,10 @@ RATELIMIT_RATES = {
     "order-pay": SECKILL_PAY_RATE_PER_USER,
     "order-cancel": SECKILL_CANCEL_RATE_PER_USER,
 }
-LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/"
-LOGOUT_REDIRECT_URL = "/"
+# URL names: reversed in the page's language (/zh-hans/accounts/login/ from a Chinese page).
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "home"
 
 # --- Content Security Policy (django-csp) -----------------------------------------------
 # Only this origin's scripts, styles and connections; no inline script or style, no framing.

@@ -184,6 +184,7 @@ def shared_page_render(
                 "alternates": alternates,
                 "page_language": language,
                 "language_cookie": settings.LANGUAGE_COOKIE_NAME,
+                "csrf_cookie": settings.CSRF_COOKIE_NAME,  # the switch's POST (static/seckill/shop.js)
                 "default_language": settings.LANGUAGE_CODE,
                 "strings": strings(),
             },

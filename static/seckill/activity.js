@@ -16,6 +16,10 @@
   const outcome = document.getElementById("outcome");
   const stockLeft = document.getElementById("stock-left");
   const account = document.getElementById("account");
+  // The account pages in this page's language: the paths the page was rendered with.
+  const loginLink = document.getElementById("account-login");
+  const loginPath = loginLink ? loginLink.pathname : "/accounts/login/";
+  const logoutPath = (loginLink && loginLink.dataset.logout) || "/accounts/logout/";
   const captchaForm = document.getElementById("captcha");
   const captchaQuestion = document.getElementById("captcha-question");
   const captchaAnswer = document.getElementById("captcha-answer");
@@ -192,15 +196,14 @@
       const who = document.createElement("span");
       who.className = "who";
       who.textContent = format(T.hello, { name: state.me.username });
-      const form = postForm("/accounts/logout/", T.log_out, "link");
+      const form = postForm(logoutPath, T.log_out, "link");
       account.append(who, " ", form);
       showResult(await fetchResult());
     } else if (account) {
       const next = `?next=${encodeURIComponent(location.pathname)}`;
-      const login = document.getElementById("account-login");
-      if (login) login.href = `/accounts/login/${next}`;
+      if (loginLink) loginLink.href = `${loginPath}${next}`;
       const signup = document.getElementById("account-signup");
-      if (signup) signup.href = `/accounts/signup/${next}`;
+      if (signup) signup.href = `${signup.pathname}${next}`;
     }
     renderButton();
   }
@@ -314,7 +317,7 @@
       poll(); // the figure left has changed: one unit fewer
     } else if (status === 401) {
       const link = document.createElement("a");
-      link.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`;
+      link.href = `${loginPath}?next=${encodeURIComponent(location.pathname)}`;
       link.textContent = T.log_in;
       say(T.login, "error", link);
     } else if (code === "duplicate") {

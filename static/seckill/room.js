@@ -65,7 +65,7 @@
     } else {
       const next = `?next=${encodeURIComponent(location.pathname)}`;
       const login = $("account-login");
-      if (login) login.href = `/accounts/login/${next}`;
+      if (login) login.href = `${login.pathname}${next}`; // in the page's language
       joinButton.disabled = true;
       say(T.login_to_join, "info");
     }

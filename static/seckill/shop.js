@@ -59,6 +59,17 @@
       a.addEventListener("click", () => {
         const secure = window.location.protocol === "https:" ? "; secure" : "";
         document.cookie = `${cookieName}=${a.dataset.language}; path=/; max-age=31536000; samesite=lax${secure}`;
+        // Told to the server's switch too (set_language): a signed-in shopper's mails follow it.
+        const csrf = nav.dataset.switchUrl && cookie(nav.dataset.csrfCookie || "csrftoken");
+        if (!csrf) return;
+        fetch(nav.dataset.switchUrl, {
+          method: "POST",
+          keepalive: true, // the page is being left
+          credentials: "same-origin",
+          redirect: "manual",
+          headers: { "X-CSRFToken": csrf },
+          body: new URLSearchParams({ language: a.dataset.language, next: a.pathname }),
+        }).catch(() => {});
       })
     );
     // A language in the URL (/zh-hans/seckill/1/) is the one asked for: a link to it opens

@@ -7,10 +7,13 @@ server, which is first away: the mail is retried and the order stands."""
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 from django.utils import timezone
 
+from accounts.mail import language_of
 from accounts.models import AccountProfile
-from orders.mails import order_mails_task, order_reminders_task
+from orders.mails import order_mail, order_mails_task, order_reminders_task
 from orders.models import Order
 from orders.services.lifecycle import order_cancel
 from seckill.sale.activities import activity_token_ensure
@@ -114,6 +117,29 @@ def test_the_mails_are_in_the_shoppers_language(mails):
         order_cancel(order=order, reason="shopper")
     assert [m.subject for m in outbox] == ["抢到了：电水壶", "订单已取消：电水壶"]
     assert "付款截止" in outbox[0].body and "您取消了它。" in outbox[1].body
+
+
+def language_switch(client: Client, language: str, next_path: str):
+    """The site's language switch as its button posts it (templates/base.html)."""
+    return client.post("/i18n/setlang/", {"language": language, "next": next_path})
+
+
+@pytest.mark.django_db
+def test_the_language_switch_of_a_signed_in_shopper_is_the_language_of_the_next_mail(mails):
+    outbox, capture = mails
+    shopper = UserFactory(email="switcher@example.com")
+    AccountProfile.objects.create(user=shopper, language="en")
+    client = Client(HTTP_ACCEPT_LANGUAGE="en-US")
+    client.force_login(shopper)
+    assert language_switch(client, "zh-hans", "/orders/")["Location"] == "/zh-hans/orders/"
+    order = won(make_activity(title="电水壶"), shopper, capture)
+    assert [m.subject for m in outbox] == ["抢到了：电水壶"]
+    assert language_switch(client, "en", "/orders/")["Location"] == "/orders/"
+    again = Order.objects.select_related("user", "activity").get(pk=order.pk)
+    assert order_mail(order=again, kind="won").subject == "You got it: 电水壶"
+    # Someone else's switch, signed out, changes no one's mails.
+    language_switch(Client(), "zh-hans", "/")
+    assert language_of(get_user_model().objects.get(pk=shopper.pk)) == "en"
 
 
 def test_the_win_through_the_real_server_a_worker_and_smtp_away_then_back(transactional_db, process_logs):

@@ -68,6 +68,8 @@ def test_the_reset_mail_is_in_the_language_of_the_page(mailoutbox, celery_eager)
     client = Client(HTTP_ACCEPT_LANGUAGE="zh-hans")
     assert client.post("/accounts/password_reset/", {"email": "lihua@example.com"}).status_code == 302
     assert mailoutbox[0].subject == "重置您的密码"
+    # Its link opens the Chinese page to choose the new password.
+    assert "/zh-hans/accounts/reset/" in mailoutbox[0].body
 
 
 def test_reset_through_a_real_worker_and_a_real_smtp_server(transactional_db, process_logs, smtp_server):  # noqa: F811

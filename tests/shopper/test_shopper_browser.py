@@ -1,6 +1,7 @@
 """What a shopper sees, in real Chromium against one gunicorn for the module (the shop's
 time zone Asia/Shanghai, as `make run`'s): sold out on the page and the list, the win in
-view on a phone, local times, the header on a phone, the language of a /zh-hans/ link."""
+view on a phone, local times, the header on a phone, the language of a /zh-hans/ link,
+of the account pages reached from it and of a signed-in shopper's mails after the switch."""
 
 import os
 import re
@@ -13,11 +14,12 @@ from django.db import connections
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from accounts.models import AccountProfile
 from orders.models import Order
 from orders.services.lifecycle import order_cancel
 from seckill.sale.activities import activity_save
 from seckill.sale.replay import reservations_drain
-from tests.factories import make_activity
+from tests.factories import UserFactory, make_activity
 from tests.helpers import start_gunicorn, wait_until
 from tests.shopper.conftest import CHROMIUM, CHROMIUM_ARGS, manifest_env
 from tests.shopper.test_activity_page import sell
@@ -228,3 +230,38 @@ def test_a_zh_hans_link_opens_in_chinese_for_an_english_browser(shop, context):
     page.goto(f"{shop}/seckill/{activity.pk}/")
     expect(page.locator("#countdown")).to_contain_text("Starts in")
     assert "/zh-hans/" not in page.url
+
+
+def test_from_a_chinese_sale_page_the_account_pages_stay_in_chinese(shop, context):
+    """The script's account links (login, sign-up, logout) keep the cached page's language."""
+    activity = make_activity(started=False)
+    UserFactory(username="xiaohong")
+    page = context(locale="en-US").new_page()
+    page.goto(f"{shop}/zh-hans/seckill/{activity.pk}/")
+    back = f"?next=%2Fzh-hans%2Fseckill%2F{activity.pk}%2F"
+    expect(page.locator("#account-signup")).to_have_attribute("href", f"/zh-hans/accounts/signup/{back}")
+    login = page.locator("#account-login")
+    expect(login).to_have_attribute("href", f"/zh-hans/accounts/login/{back}")
+    login.click()
+    expect(page.locator("h1")).to_have_text("登录")
+    page.locator("#id_username").fill("xiaohong")
+    page.locator("#id_password").fill("pw-for-tests")
+    page.locator("main").get_by_role("button", name="登录").click()
+    page.wait_for_url(f"**/zh-hans/seckill/{activity.pk}/")
+    page.locator("#account").get_by_role("button", name="退出").click()
+    page.wait_for_url(re.compile(r"/zh-hans/$"))
+    expect(page.locator("#account")).to_contain_text("登录")
+
+
+def test_the_sale_pages_switch_is_the_language_of_a_signed_in_shoppers_mails(shop, context):
+    """The cached page's switch is a link; it tells the server's switch too (set_language)."""
+    activity = make_activity(started=False)
+    user, page = logged_in_page(context(locale="en-US"), shop, "lanlan")
+    page.goto(f"{shop}/seckill/{activity.pk}/")
+    expect(page.locator("#account")).to_contain_text("Log out")  # /api/me answered: the CSRF cookie is set
+    assert AccountProfile.objects.get(user=user).language == "en"
+    page.locator("nav.lang").get_by_role("link", name="简体中文").click()
+    page.wait_for_url(f"**/zh-hans/seckill/{activity.pk}/")
+    wait_until(
+        lambda: AccountProfile.objects.get(user=user).language == "zh-hans", timeout=15, what="the mails' language"
+    )
