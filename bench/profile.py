@@ -3,6 +3,7 @@ one scenario; prints where the time goes (inclusive and own time per function).
 
     .venv/bin/python -m bench.profile --scenario purchase --seconds 10
     .venv/bin/python -m bench.profile --scenario soldout --flame /tmp/soldout.svg
+    .venv/bin/python -m bench.profile --scenario join --shoppers 40000   # the waiting room's joins
 
 Needs ptrace (root, or CAP_SYS_PTRACE), as py-spy does.
 """
@@ -49,7 +50,7 @@ def summarise(raw: Path, top: int) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
-    parser.add_argument("--scenario", choices=["ping", "purchase", "soldout"], default="purchase")
+    parser.add_argument("--scenario", choices=["ping", "purchase", "soldout", "join"], default="purchase")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--shoppers", type=int, default=20_000)
@@ -82,7 +83,8 @@ def main(argv: list[str]) -> int:
         from .wrkrun import wrk_run
 
         port = _free_port()
-        web = stack.gunicorn_start(env, work, port)
+        # Every joiner comes from 127.0.0.1: the room's per-address limit off, as make bench has it.
+        web = stack.gunicorn_start(env, work, port, SECKILL_ROOM_JOINS_PER_IP="off")
         children.append(web)
         worker = stack.worker_start(env, work, 2)
         children.append(worker)
@@ -95,6 +97,11 @@ def main(argv: list[str]) -> int:
             token_shared_forget(tokens.read_text().split())
         if args.scenario == "ping":
             kwargs = {"method": "GET", "path": "/api/ping"}
+        elif args.scenario == "join":  # as make bench's room scenario: new places, tokens in rotation
+            activity = activity_new(
+                title="profile room", stock=10_000_000, admission_mode="room", room_rate=1000, room_cap=0
+            )
+            kwargs = {"method": "POST", "path": f"/api/activities/{activity.pk}/room/join", "tokens_file": tokens}
         else:
             activity = activity_new(title="profile", stock=100 if args.scenario == "soldout" else 10_000_000)
             body = json.dumps({"token": activity.purchase_token, "quantity": 1})
