@@ -79,6 +79,8 @@ def room_keys(keys: ActivityKeys) -> list[str]:
     return [keys.room_state, keys.room_queue, keys.room_active, keys.room_admitted, keys.stock, keys.room_rate_samples]
 
 
+SEED = "ab" * 32  # a well-formed seed: the join's refusals below are for its other arguments
+
 # Scripts whose own checks became the prelude's whole(): each refuses a number that is not
 # whole, or below its least, before any write (admission, freeze and the tick with an
 # error reply, the join with -4).
@@ -86,11 +88,21 @@ REFUSALS = {
     "admission: a fractional rate": (ADMISSION, lambda k: [k.admission], ["0.5", "5"]),
     "admission: no burst": (ADMISSION, lambda k: [k.admission], ["1", "0"]),
     "freeze: a log length that is no number": (FREEZE, lambda k: [k.stock, k.log], ["", "x"]),
-    "room join: user 0": (ROOM_JOIN, lambda k: [k.room_state, k.room_pre, k.room_queue, k.room_places], ["0", "1"]),
+    "room join: user 0": (
+        ROOM_JOIN,
+        lambda k: [k.room_state, k.room_pre, k.room_queue, k.room_places],
+        ["0", "1", SEED],
+    ),
     "room join: a start that is no number": (
         ROOM_JOIN,
         lambda k: [k.room_state, k.room_pre, k.room_queue, k.room_places],
-        ["7", "soon"],
+        ["7", "soon", SEED],
+    ),
+    "room join: no seed": (ROOM_JOIN, lambda k: [k.room_state, k.room_pre, k.room_queue, k.room_places], ["7", "1"]),
+    "room join: a seed that is not 64 hex digits": (
+        ROOM_JOIN,
+        lambda k: [k.room_state, k.room_pre, k.room_queue, k.room_places],
+        ["7", "1", "Z" * 64],
     ),
     "room tick: a fractional rate": (ROOM_TICK, lambda k: [*room_keys(k), k.reserve], ["1.5", "0", "1000", ""]),
     "room tick: a negative cap": (ROOM_TICK, lambda k: [*room_keys(k), k.reserve], ["1", "-1", "1000", ""]),

@@ -35,11 +35,17 @@ def draw_order(seed: str, joiners: list[int]) -> list[int]:
     return sorted(joiners, key=lambda user_id: (hashlib.sha256(f"{seed}:{user_id}".encode()).hexdigest(), user_id))
 
 
+def new_seed() -> str:
+    """A seed candidate: 64 hex digits; the first one written stays the room's (HSETNX)."""
+    return secrets.token_hex(32)
+
+
 def draw_seed(client, keys: ActivityKeys) -> str:
-    """The room's seed, made by the first caller (HSETNX: one seed whoever races)."""
+    """The room's seed, made by the first caller (HSETNX: one seed whoever races; a join
+    writes one the same way, stock/lua/room/room_join.lua)."""
     seed = client.hget(keys.room_state, "seed")
     if seed is None:
-        client.hsetnx(keys.room_state, "seed", secrets.token_hex(32))
+        client.hsetnx(keys.room_state, "seed", new_seed())
         seed = client.hget(keys.room_state, "seed")
     return seed.decode()
 

@@ -9,7 +9,7 @@ import redis
 
 from core.errors import ApiError
 from seckill.models import Activity
-from seckill.room.draw import draw_seed, room_seal
+from seckill.room.draw import new_seed, room_seal
 from seckill.room.rules import ms, prequeue_opens_at, require_room, room_away
 from seckill.room.status import forget_status
 from seckill.sale.snapshot import ActivitySnapshot
@@ -39,9 +39,11 @@ def room_join(activity: ActivitySnapshot, *, user_id: int, now: datetime) -> Joi
         raise room_away()
     client, keys = stock_redis(), activity.keys
     try:
-        draw_seed(client, keys)  # committed to before anyone can be drawn
+        # The join keeps this seed when the room has none: committed to before anyone is drawn,
+        # with no round trip of its own.
+        seed = new_seed()
         for _ in range(3):
-            code, place = run_room_join(client, keys, user_id=user_id, start_ms=ms(activity.start_at))
+            code, place = run_room_join(client, keys, user_id=user_id, start_ms=ms(activity.start_at), seed=seed)
             if code == RoomCode.PLACED:
                 return Joined(place, False)
             if code == RoomCode.PRE_QUEUE:

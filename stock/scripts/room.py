@@ -38,12 +38,12 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def run_room_join(client: StockRedis, keys: ActivityKeys, *, user_id: int, start_ms: int) -> tuple[int, int]:
-    """(code, place): see lua/room/room_join.lua."""
+def run_room_join(client: StockRedis, keys: ActivityKeys, *, user_id: int, start_ms: int, seed: str) -> tuple[int, int]:
+    """(code, place): see lua/room/room_join.lua. ``seed``: the room's seed if it has none yet."""
     with script_timer("room_join"):
         code, place = ROOM_JOIN(
             keys=[keys.room_state, keys.room_pre, keys.room_queue, keys.room_places],
-            args=[user_id, start_ms],
+            args=[user_id, start_ms, seed],
             client=client,
         )
     return int(code), int(place)
