@@ -79,10 +79,9 @@ def main(argv: list[str]) -> int:
 
         django.setup()
         from .data import activity_new, shoppers_create
-        from .run import _free_port
         from .wrkrun import wrk_run
 
-        port = _free_port()
+        port = stack.free_port()
         # Every joiner comes from 127.0.0.1: the room's per-address limit off, as make bench has it.
         web = stack.gunicorn_start(env, work, port, SECKILL_ROOM_JOINS_PER_IP="off")
         children.append(web)
