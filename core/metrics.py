@@ -3,7 +3,7 @@
 Two kinds:
 
 * **Event metrics** (counters, histograms, gauges a process sets): purchase answers by
-  code, Lua script latency, the Redis circuit breaker's state, database-path answers;
+  code and sale, Lua script latency, the Redis circuit breaker's state, database-path answers;
   and the lifecycle's: anomalies opened, orders cancelled, reconciliation runs, drift
   and buckets (names documented in docs/LIFECYCLE.md; alerts rely on them).
   With ``PROMETHEUS_MULTIPROC_DIR`` set (``make run`` sets it; set it for gunicorn and
@@ -21,7 +21,13 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-PURCHASES = Counter("seckill_purchase_total", "Purchase requests answered, by the JSON code of the answer.", ["code"])
+PURCHASES = Counter(
+    "seckill_purchase_total",
+    "Purchase requests answered, by the answer's JSON code and by sale. "
+    "`activity` is the sale's id, or `unknown` for an id that is no sale. "
+    "`sum by (code)` gives the shop's figure.",
+    ["code", "activity"],
+)
 SCRIPT_SECONDS = Histogram(
     "seckill_script_seconds",
     "Latency of one Lua script call (round trip to Redis).",

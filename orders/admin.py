@@ -85,7 +85,7 @@ class OrderAdmin(ReadOnlyAdmin):
         "ordered",
         "paid",
         "cancelled",
-        "shard",
+        "stock_counter",
         "reservation_id",
     )
     readonly_fields = fields
@@ -105,6 +105,10 @@ class OrderAdmin(ReadOnlyAdmin):
     @admin.display(description=zoned("cancelled"), ordering="cancelled_at")
     def cancelled(self, obj):
         return shop_time(obj.cancelled_at, label=False)
+
+    @admin.display(description="stock counter")
+    def stock_counter(self, obj):
+        return counter_words(obj.shard)
 
     @admin.display(description="product", ordering="activity__product__name")
     def product(self, obj):
@@ -187,6 +191,40 @@ def figures_in_words(figures: dict) -> dict:
     return {FIGURE_WORDS.get(name, name): shown(value) for name, value in figures.items()}
 
 
+def counter_words(shard: int) -> str:
+    """A stock counter as a person reads it: counted from 1 (the stock's parts count from 0)."""
+    return f"counter {shard + 1}"
+
+
+# The live counter's records of an anomaly (keys: orders.selectors.anomaly_evidence).
+EVIDENCE_WORDS = {
+    "shard": "stock counter",
+    "stock remaining": "units left on the counter",
+    "stock loaded": "units the counter was loaded with",
+    "shopper's live reservation": "the shopper's reservation",
+    "shopper's failure reason": "why the shopper's last try failed",
+    "reservation still in the log": "reservation still waiting to become an order",
+    "replay attempts": "tries to turn it into an order",
+    "order's units returned to Redis": "the order's units back on the counter",
+    "reservations in the log": "reservations waiting to become orders",
+    "error": "not readable",
+}
+# The order's fields as the evidence shows them.
+ORDER_WORDS = {
+    "order_no": "order",
+    "status": "status",
+    "quantity": "quantity",
+    "amount": "amount",
+    "shard": "stock counter",
+    "reservation_id": "reservation",
+    "cancel_reason": "why cancelled",
+    "pay_deadline": "pay by",
+    "created_at": "ordered",
+    "paid_at": "paid",
+    "cancelled_at": "cancelled",
+}
+
+
 def _table(rows) -> str:
     return format_html(
         '<table class="evidence">{}</table>',
@@ -197,10 +235,10 @@ def _table(rows) -> str:
 # action: (button, what it does, message when done); offered per kind by anomaly_actions.
 ANOMALY_ACTIONS = {
     "rederive": (
-        "Derive the stock again",
-        "loads the sale's stock into Redis again from the database, then reconciles; "
-        "the history shows the remaining units before and after",
-        "stock derived again",
+        "Recount the live counter",
+        "sets the sale's live counter again from the shop's records, then checks the stock; "
+        "the history shows the units left before and after",
+        "live counter recounted",
     ),
     "recreate": (
         "Re-create the order",
@@ -213,6 +251,13 @@ ANOMALY_ACTIONS = {
         "stock returned",
     ),
     "resolve": ("Resolve with note", "closes the anomaly and needs a note", "resolved"),
+}
+# The history's action names (orders.services.anomaly_actions) as the buttons say them.
+HISTORY_WORDS = {
+    "rederive_stock": ANOMALY_ACTIONS["rederive"][0],
+    "recreate_order": ANOMALY_ACTIONS["recreate"][0],
+    "return_stock": ANOMALY_ACTIONS["return"][0],
+    "resolve": "Resolved",
 }
 
 
@@ -236,14 +281,13 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
                     "activity",
                     "shopper",
                     "order",
-                    "shard",
+                    "stock_counter",
                     "reservation_id",
-                    "fault_key",
                     "found",
                 ]
             },
         ),
-        ("Evidence", {"fields": ["details_pretty", "redis_state", "order_state", "ledger"]}),
+        ("Evidence", {"fields": ["details_pretty", "counter_state", "order_state", "ledger"]}),
         ("Resolution", {"fields": ["resolution_note", "resolved_by_name", "resolved", "history_pretty"]}),
     ]
 
@@ -278,6 +322,10 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
     def shopper(self, obj):
         return obj.user.get_username() if obj.user else "–"
 
+    @admin.display(description="stock counter")
+    def stock_counter(self, obj):
+        return counter_words(obj.shard)
+
     @admin.display(description="resolved by")
     def resolved_by_name(self, obj):
         return obj.resolved_by.get_username() if obj.resolved_by else "–"
@@ -286,18 +334,21 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
     def details_pretty(self, obj):
         return format_html("<pre>{}</pre>", json.dumps(obj.details, indent=2, default=str))
 
-    @admin.display(description="Redis state")
-    def redis_state(self, obj):
-        return _table(self._evidence(obj)["redis"].items())
+    @admin.display(description="the live counter's records")
+    def counter_state(self, obj):
+        records = self._evidence(obj)["redis"]
+        shown = {**records, "shard": counter_words(records["shard"])} if "shard" in records else records
+        return _table((EVIDENCE_WORDS.get(name, name), value) for name, value in shown.items())
 
     @admin.display(description="the order")
     def order_state(self, obj):
         order = self._evidence(obj)["order"]
         if order is None:
             return "no order"
-        fields = ["order_no", "status", "quantity", "amount", "shard", "reservation_id", "cancel_reason"]
+        fields = ["order_no", "status", "quantity", "amount", "reservation_id", "cancel_reason"]
         times = ["pay_deadline", "created_at", "paid_at", "cancelled_at"]
-        return _table([(f, getattr(order, f)) for f in fields] + [(f, shop_time(getattr(order, f))) for f in times])
+        rows = [(ORDER_WORDS[f], getattr(order, f)) for f in fields] + [("stock counter", counter_words(order.shard))]
+        return _table(rows + [(ORDER_WORDS[f], shop_time(getattr(order, f))) for f in times])
 
     @admin.display(description="ledger entries of the order")
     def ledger(self, obj):
@@ -313,7 +364,16 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
         return format_html_join(
             "",
             "<div>{} — {} by {}: {} <em>{}</em></div>",
-            ((shop_time(h["at"]), h["action"], h["by"], h.get("result", ""), h.get("note", "")) for h in obj.history),
+            (
+                (
+                    shop_time(h["at"]),
+                    HISTORY_WORDS.get(h["action"], h["action"]),
+                    h["by"],
+                    h.get("result", ""),
+                    h.get("note", ""),
+                )
+                for h in obj.history
+            ),
         )
 
     def get_urls(self):
@@ -360,16 +420,24 @@ class AnomalyOrderAdmin(SaleRowsAdmin):
         return HttpResponseRedirect(reverse("admin:orders_anomalyorder_change", args=[anomaly.pk]))
 
 
+class AccountedForFilter(admin.BooleanFieldListFilter):
+    """The reports by whether every unit was accounted for (the field's name is the engine's)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.title = "every unit accounted for"
+
+
 @admin.register(ReconciliationReport)
 class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
     """The reconciliation runs that found, did or opened something (and each final run),
     read-only, problems first; plus the report page of an activity."""
 
-    list_display = ["checked", "activity", "identities", "stage", "actions_taken", "anomalies_opened", "page"]
-    list_filter = ["identity_ok", "final", ("activity", SaleFilter)]
+    list_display = ["checked", "activity", "accounted_for", "stage", "actions_taken", "anomalies_opened", "page"]
+    list_filter = [("identity_ok", AccountedForFilter), "final", ("activity", SaleFilter)]
     list_select_related = ["activity"]
     date_hierarchy = "created_at"
-    # Problems first: an identity that does not hold, then anomalies opened, then newest.
+    # Problems first: units not accounted for, then anomalies opened, then newest.
     ordering = ["identity_ok", "-anomalies_opened", "-created_at", "-id"]
     # A tuple: both attributes take it (a list is typed for one only).
     fields = (
@@ -390,11 +458,11 @@ class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
     def checked(self, obj):
         return shop_time(obj.created_at, label=False)
 
-    @admin.display(description="identities", ordering="identity_ok")
-    def identities(self, obj):
+    @admin.display(description="every unit accounted for", ordering="identity_ok")
+    def accounted_for(self, obj):
         if obj.identity_ok:
-            return "hold"
-        return format_html('<strong class="errornote-inline">{}</strong>', "do not hold")
+            return "yes"
+        return format_html('<strong class="errornote-inline">{}</strong>', "no")
 
     @admin.display(description="run", ordering="final")
     def stage(self, obj):
@@ -404,9 +472,9 @@ class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
     def outcome(self, obj):
         return report_in_words(obj.report)
 
-    @admin.display(description="identities (units)")
+    @admin.display(description="where the units are")
     def identity_table(self, obj):
-        return html_table(("identity", "figures", "drift"), identity_rows(obj.report))
+        return html_table(("what must add up", "figures", "units off"), identity_rows(obj.report))
 
     @admin.display(description="found")
     def bucket_table(self, obj):

@@ -1,6 +1,6 @@
 """The admin report pages: charts drawn by pygal as SVG images (data: URIs: an image's own
 styles need no inline style in the page, which its Content Security Policy forbids), and a
-stored reconciliation report in words and tables for a reviewer."""
+stored stock check report in words and tables for a reviewer."""
 
 import base64
 from collections.abc import Iterable, Sequence
@@ -55,19 +55,19 @@ def activity_charts(data: dict) -> dict[str, str]:
 BUCKET_WORDS = {
     "reserved_not_ordered": "reservations without an order",
     "pending_past_deadline": "unpaid orders past their deadline",
-    "cancelled_not_returned": "cancelled orders whose units were not back in Redis",
+    "cancelled_not_returned": "cancelled orders whose units were not back on the live counter",
     "not_deducted": "orders without a database deduction",
     "paid_not_deducted": "paid orders without a database deduction",
-    "unexplained_drift": "drift with no known cause",
+    "unexplained_drift": "units off with no known cause",
 }
 ACTION_WORDS = {
     "orders_created": "orders created from reservations",
     "reservations_released": "reservations given up (stock returned)",
     "orders_cancelled": "overdue orders cancelled",
-    "orders_returned_to_redis": "cancelled orders' units returned to Redis",
+    "orders_returned_to_redis": "cancelled orders' units put back on the live counter",
     "orders_deducted": "orders deducted from the database stock",
     "pending_claims_settled": "pending stock claims settled",
-    "reserve_units_released": "database reserve units released to Redis",
+    "reserve_units_released": "outage reserve units handed to the live counter",
 }
 
 
@@ -75,35 +75,36 @@ def _n(value) -> str:
     return "–" if value is None else str(value)
 
 
-def _drift(value) -> str:
+def _units_off(value) -> str:
     if value is None:
         return "not measured"
     return "none" if value == 0 else f"{value:+d}"
 
 
 def identity_rows(report: dict) -> list[tuple[str, str, str]]:
-    """The three identities of a report with their figures (seckill.sale.reconciliation)."""
+    """The three sums a report checks, with their figures (seckill.sale.reconciliation's
+    identities), in a person's words."""
     r = report.get
     return [
         (
-            "Redis: loaded = remaining + reserved + pending + paid",
-            f"{_n(r('redis_loaded'))} loaded; {_n(r('redis_remaining'))} remaining, "
+            "Live counter: loaded = left + reserved + pending + paid",
+            f"{_n(r('redis_loaded'))} loaded; {_n(r('redis_remaining'))} left, "
             f"{_n(r('reserved_not_ordered'))} reserved without an order, "
             f"{_n(r('units_pending'))} pending, {_n(r('units_paid'))} paid",
-            _drift(r("redis_drift")),
+            _units_off(r("redis_drift")),
         ),
         (
-            "Database: total = available + pending + paid",
+            "Shop's records: total = available + pending + paid",
             f"{_n(r('db_total'))} total; {_n(r('db_available'))} available, "
             f"{_n(r('units_cancelled'))} cancelled (back in stock)",
-            _drift(r("db_drift")),
+            _units_off(r("db_drift")),
         ),
         (
-            "Database reserve: reserve = left + sold by the database + released",
+            "Outage reserve: reserve = left + sold from it + handed over",
             f"{_n(r('db_reserve'))} reserve; {_n(r('db_reserve_left'))} left, "
-            f"{_n(r('units_reserve_live'))} in live database-path orders, "
-            f"{_n(r('db_reserve_released'))} released to Redis",
-            _drift(r("reserve_drift")),
+            f"{_n(r('units_reserve_live'))} in open orders sold from the reserve, "
+            f"{_n(r('db_reserve_released'))} handed to the live counter",
+            _units_off(r("reserve_drift")),
         ),
     ]
 
@@ -113,7 +114,7 @@ def report_in_words(report: dict) -> str:
     found = sum(report.get("buckets", {}).values())
     done = sum(report.get("actions", {}).values())
     opened = report.get("anomalies_opened", 0)
-    parts = ["The stock identities hold." if report.get("identity_ok") else "A stock identity does not hold."]
+    parts = ["Every unit is accounted for." if report.get("identity_ok") else "Some units are not accounted for."]
     parts.append(f"{found} item(s) found, {done} repaired, {opened} anomaly(ies) opened.")
     if report.get("final"):
         parts.append("This is the final check, made when the sale was closed.")

@@ -218,12 +218,12 @@ class AnomalyOrder(models.Model):
     """Something Redis and the database disagree on, for staff to review."""
 
     class Kind(models.TextChoices):
-        DB_GUARD_FAILED = "db_guard_failed", _("database had no stock for a Redis reservation")
+        DB_GUARD_FAILED = "db_guard_failed", _("reserved, but the shop's records had no unit left")
         DUPLICATE_RESERVATION = "duplicate_reservation", _("reservation for a shopper who already has an order")
         REPLAY_EXHAUSTED = "replay_exhausted", _("reservation could not become an order")
         PAID_NOT_DEDUCTED = "paid_not_deducted", _("paid order without a stock deduction")
         ORDER_NOT_DEDUCTED = "order_not_deducted", _("pending order without a stock deduction")
-        DRIFT = "drift", _("stock drift reconciliation cannot explain")
+        DRIFT = "drift", _("units not accounted for, cause unknown")
 
     class Status(models.TextChoices):
         OPEN = "open", _("open")

@@ -220,7 +220,7 @@ def anomaly_evidence(*, anomaly: AnomalyOrder) -> dict:
             "reservations in the log": log_length,
         }
     except redis.RedisError as exc:
-        redis_state = {"error": f"Redis unavailable: {exc}"}
+        redis_state = {"error": f"the live counter is out of reach: {exc}"}
     ledger = list(StockMovement.objects.filter(order=order).order_by("id")) if order else []
     return {"redis": redis_state, "order": order, "ledger": ledger}
 

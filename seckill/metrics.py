@@ -1,6 +1,7 @@
-"""The sale's metrics that read the sale: the purchase answers by code (middleware) and the
-state read when scraped (:class:`LiveStateCollector`): the reserved-not-ordered backlog per
-live activity (the reservation logs' lengths) and the broker's queue depth. They are facts of
+"""The sale's metrics that read the sale: the purchase answers by code and sale (the
+middleware and the server's front count them) and the state read when scraped
+(:class:`LiveStateCollector`): the reserved-not-ordered backlog per live activity (the
+reservation logs' lengths) and the broker's queue depth. They are facts of
 Redis and the broker, not of a process, so they are read, never accumulated. The event
 metric objects live in core.metrics."""
 
@@ -17,7 +18,12 @@ from prometheus_client.registry import REGISTRY, Collector
 
 from core.memory import ProcessMemory, register_reset
 from core.metrics import PURCHASES
-from seckill.sale.snapshot import live_activities
+from seckill.sale.snapshot import (
+    activity_id_ceiling,
+    activity_snapshot,
+    activity_snapshot_remembered,
+    live_activities,
+)
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
 
@@ -27,8 +33,8 @@ PURCHASE_URL_NAME = "activity-purchase"
 
 
 class PurchaseOutcomeMiddleware:
-    """Count every answer of the purchase endpoint by its JSON ``code``, rejections in
-    the web process (401, 403, 429) included, without touching the views."""
+    """Count every answer of the purchase endpoint by its JSON ``code`` and its sale,
+    rejections in the web process (401, 403, 429) included, without touching the views."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -39,24 +45,67 @@ class PurchaseOutcomeMiddleware:
         if match is not None and match.url_name == PURCHASE_URL_NAME:
             data = getattr(response, "data", None)
             code = data.get("code") if isinstance(data, dict) else None
-            purchase_outcome_count(str(code) if code else f"http_{response.status_code}")
+            code = str(code) if code else f"http_{response.status_code}"
+            purchase_outcome_count(code, match.kwargs.get("activity_id"), look_up=True)
         return response
 
 
-# code -> PURCHASES.labels(code): looking the child up takes a lock and costs more than
-# counting, and the front counts thousands of answers a second. The codes are a handful.
-_purchase_counters: dict[str, Counter] = {}
+# The ``activity`` label of every id that is no sale: made-up ids in a flood add no value.
+UNKNOWN_SALE = "unknown"
 
 
-def purchase_outcome_count(code: str) -> None:
-    """One answer of the purchase endpoint, by its code (the server's front counts its
-    early answers here too)."""
-    counter = _purchase_counters.get(code)
+def sale_label(activity_id: int | None) -> str:
+    """The sale's id when this process's memory holds the sale, else UNKNOWN_SALE: no I/O,
+    so the server's front may call it on its event loop."""
+    if activity_id is None:
+        return UNKNOWN_SALE
+    _known, snapshot = activity_snapshot_remembered(activity_id)
+    return UNKNOWN_SALE if snapshot is None else str(activity_id)
+
+
+def sale_label_looked_up(activity_id: int | None) -> str:
+    """As ``sale_label``, with the sale looked up when the memory does not know the id (a
+    refusal before the view read the sale: not signed in, a page expired). At most once
+    per id up to the highest id, itself remembered: made-up ids cost no query of their own."""
+    if activity_id is None:
+        return UNKNOWN_SALE
+    known, snapshot = activity_snapshot_remembered(activity_id)
+    if not known:
+        try:
+            if activity_id <= activity_id_ceiling():
+                snapshot = activity_snapshot(activity_id)
+        except Exception as exc:  # the answer is made: counting never fails it
+            logger.warning("purchase counted as of an unknown sale: %s", exc)
+    return UNKNOWN_SALE if snapshot is None else str(activity_id)
+
+
+# (code, activity id) -> PURCHASES.labels(code, sale): looking the child up takes a lock
+# and costs more than counting, and the front counts thousands of answers a second. Only
+# real sales have their own entry; every made-up id shares (code, None).
+PURCHASE_COUNTERS_KEPT = 1024
+_purchase_counters: dict[tuple[str, int | None], Counter] = {}
+
+
+def purchase_outcome_count(code: str, activity_id: int | None = None, *, look_up: bool = False) -> None:
+    """One answer of the purchase endpoint, by its code and its sale (the server's front
+    counts its early answers here too). ``look_up``: the sale may be read when this
+    process does not remember it (a web thread's answer; never on the event loop)."""
+    counter = _purchase_counters.get((code, activity_id))
     if counter is None:
-        counter = PURCHASES.labels(code)
-        if len(_purchase_counters) < 64:
-            _purchase_counters[code] = counter
+        counter = _purchase_counter(code, activity_id, look_up=look_up)
     counter.inc()
+
+
+def _purchase_counter(code: str, activity_id: int | None, *, look_up: bool) -> Counter:
+    sale = sale_label_looked_up(activity_id) if look_up else sale_label(activity_id)
+    key = (code, None if sale == UNKNOWN_SALE else activity_id)
+    counter = _purchase_counters.get(key)
+    if counter is None:
+        counter = PURCHASES.labels(code=code, activity=sale)
+        if len(_purchase_counters) >= PURCHASE_COUNTERS_KEPT:
+            _purchase_counters.clear()  # ended sales' children: labels() makes them again
+        _purchase_counters[key] = counter
+    return counter
 
 
 # --- read when scraped ----------------------------------------------------------------

@@ -43,7 +43,7 @@ class Activity(models.Model):
 
     class Status(models.TextChoices):
         SCHEDULED = "scheduled", _("scheduled")  # created; stock not in Redis yet
-        WARMED = "warmed", _("warmed")  # stock loaded into Redis
+        WARMED = "warmed", _("stock loaded")  # stock loaded into Redis
         ENDED = "ended", _("ended")  # closed: final reconciliation done, Redis keys removed
 
     class Phase(models.TextChoices):
@@ -58,9 +58,9 @@ class Activity(models.Model):
     end_at = models.DateTimeField(_("ends at"))
     total_stock = models.PositiveIntegerField(_("total stock"))
     per_user_limit = models.PositiveSmallIntegerField(_("per-user limit"), default=1)
-    shards = models.PositiveSmallIntegerField(_("stock shards"), default=1)
+    shards = models.PositiveSmallIntegerField(_("stock counters"), default=1)
     safety_stock = models.PositiveIntegerField(
-        _("safety stock"), default=0, help_text=_("Units held back from Redis for manual calibration after faults.")
+        _("safety stock"), default=0, help_text=_("Units kept out of the sale, for corrections after a fault.")
     )
     # Escrow: units only the database path sells (while Redis is away); Redis never holds
     # them, so the two paths never own the same unit. Blank: filled in when saved.
@@ -77,7 +77,7 @@ class Activity(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.SCHEDULED)
     # Created at the start by seckill.sale.activities.activity_token_ensure; null before.
     purchase_token = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 - NULL = not started
-    warmed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    warmed_at = models.DateTimeField(_("stock loaded at"), null=True, blank=True, editable=False)
     # The Redis state the last warm-up wrote (stock.identity.stock_identity): a different
     # one later means the stock was lost or rolled back, and is derived again.
     redis_identity = models.JSONField(default=dict, blank=True, editable=False)

@@ -117,15 +117,14 @@ class Shop:
             answer = await self.purchase_run(PurchaseRequest(scope, body, request_id), activity_id)
         else:
             answer = refusal
+            purchase_outcome_count(refusal.code, activity_id)  # this process's memory knows the sale
         secure = _secure(scope)
         if isinstance(answer, ApiError):
-            purchase_outcome_count(answer.code)
             await send_error(
                 send, answer, secure=secure, request_id=request_id, path=scope["path"], logged=refusal is None
             )
         else:
             status, payload = answer
-            purchase_outcome_count(str(payload.get("code")))
             await send_json(send, status, json.dumps(payload).encode(), secure=secure, request_id=request_id)
         return True
 
@@ -134,7 +133,7 @@ class Shop:
         waits only on Redis (``purchase_runs_inline``), else on the pool. One that meets
         the database on the loop after all (a copy that ran out between the check and its
         use, the reserve's hand-over) is refused there before it writes anything of its own
-        and runs again on the pool."""
+        and runs again on the pool. Each way counts the answer it gives (seckill.metrics)."""
         if purchase_runs_inline(activity_id):
             try:
                 return await run_on_loop(_purchase_on_loop, request, activity_id)
@@ -151,9 +150,15 @@ class Shop:
         await send({"type": "http.response.body", "body": content})
 
 
+def _answer_code(answer: tuple[int, dict] | ApiError) -> str:
+    return answer.code if isinstance(answer, ApiError) else str(answer[1].get("code"))
+
+
 def _purchase_on_loop(request: PurchaseRequest, activity_id: int):
     request_id_var.set(request.request_id)
-    return purchase_token_answer(request, activity_id=activity_id)
+    answer = purchase_token_answer(request, activity_id=activity_id)
+    purchase_outcome_count(_answer_code(answer), activity_id)  # inline: this process's memory knows the sale
+    return answer
 
 
 def _purchase_on_thread(request: PurchaseRequest, activity_id: int):
@@ -163,7 +168,10 @@ def _purchase_on_thread(request: PurchaseRequest, activity_id: int):
     request_id_var.set(request.request_id)
     close_old_connections()
     try:
-        return purchase_token_answer(request, activity_id=activity_id)
+        answer = purchase_token_answer(request, activity_id=activity_id)
+        # Off the loop: the sale may be looked up when this process does not remember it.
+        purchase_outcome_count(_answer_code(answer), activity_id, look_up=True)
+        return answer
     finally:
         close_old_connections()
 

@@ -111,7 +111,7 @@ def anomaly_resolve(*, anomaly: AnomalyOrder, by, note: str) -> AnomalyOrder:
     if anomaly.kind == AnomalyOrder.Kind.DRIFT and _DRIFT_PROBE:
         remaining = _DRIFT_PROBE[0](anomaly.activity_id)
         if remaining:
-            result = f"resolved with the drift still measured: {remaining}"
+            result = f"resolved with units still not accounted for: {remaining}"
     return _anomaly_log(anomaly=anomaly, action="resolve", by=by, note=note, result=result, resolve=True)
 
 

@@ -80,8 +80,8 @@ class ActivityAdmin(ActivityPagesMixin, ActivityActionsMixin, admin.ModelAdmin):
             {
                 "fields": ["title", "product", "owner", "seckill_price", "start_at", "end_at"],
                 "description": (
-                    "The start, the sale price and the stock fields are locked once the sale is warmed (its stock "
-                    "loaded) or has started: shoppers reserve and pay under them. The end may then move later, "
+                    "The start, the sale price and the stock fields are locked once the stock is loaded "
+                    "or the sale has started: shoppers reserve and pay under them. The end may then move later, "
                     'never into the past (use "End now and clean up").'
                 ),
             },
@@ -93,8 +93,8 @@ class ActivityAdmin(ActivityPagesMixin, ActivityActionsMixin, admin.ModelAdmin):
                 "description": (
                     "The reserve is sold only while the shop's fast stock counter is out of reach, and the rest "
                     "only through it: the two never sell the same unit. "
-                    "Shards split the stock into several parts so that a very large crowd is served in parallel "
-                    "(1 suits almost every sale). They can change until "
+                    "Stock counters split the stock so that a very large crowd is served in parallel "
+                    "(1 suits almost every sale). Their number can change until "
                     f"{int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start, while no order exists "
                     "and the stock is not loaded."
                 ),

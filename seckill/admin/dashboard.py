@@ -1,6 +1,6 @@
 """What the merchant's admin shows of a sale (reads only): its status in plain words and
-the live view's figures (sold, remaining, pace, revenue, orders by state, the refused
-purchases, anomalies). Every figure is read from what exists: the database, the Redis
+the live view's figures (sold, remaining, pace, revenue, orders by state, the sale's
+refused purchases, anomalies). Every figure is read from what exists: the database, the Redis
 stock keys and the purchase counters; nothing here counts or writes."""
 
 from __future__ import annotations
@@ -79,8 +79,9 @@ MINUTES_SHOWN = 10  # orders per minute: the last ten minutes
 
 @dataclass(frozen=True)
 class Refusals:
-    """Purchase answers that sold nothing, by code, for the whole shop (the counters carry
-    no activity): added up over the web processes when they share a metrics directory."""
+    """Purchase answers that sold nothing, by code: one sale's (the counters carry the
+    sale), or the whole shop's; added up over the web processes when they share a metrics
+    directory."""
 
     by_code: dict[str, int]
     shared: bool  # False: this process's own count only
@@ -90,8 +91,10 @@ class Refusals:
         return sum(self.by_code.values())
 
 
-def purchase_refusals() -> Refusals:
+def purchase_refusals(activity_id: int | None = None) -> Refusals:
+    """The refusals of the sale ``activity_id``; of every sale when None."""
     counts: dict[str, float] = {}
+    sale = None if activity_id is None else str(activity_id)
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         metrics = multiprocess.MultiProcessCollector(None, path=directory).collect()
@@ -101,8 +104,11 @@ def purchase_refusals() -> Refusals:
         if metric.name != "seckill_purchase":
             continue
         for sample in metric.samples:
-            if sample.name.endswith("_total") and sample.labels.get("code") != "queued":
-                code = sample.labels.get("code", "?")
+            labels = sample.labels
+            if not sample.name.endswith("_total") or labels.get("code") == "queued":
+                continue
+            if sale is None or labels.get("activity") == sale:
+                code = labels.get("code", "?")
                 counts[code] = counts.get(code, 0) + sample.value
     return Refusals(
         by_code={code: int(value) for code, value in sorted(counts.items(), key=lambda item: -item[1]) if value},
@@ -185,7 +191,7 @@ def live_figures(*, activity: Activity, now: datetime | None = None) -> dict:
         "orders_last_minute": orders.filter(created_at__gt=now - timedelta(minutes=1), created_at__lte=now).count(),
         "orders_peak": max([m["orders"] for m in per_minute] + [1]),
         "sell_out": _sell_out(activity=activity, status=status, left=left, last_order=counts["last_order"], now=now),
-        "refusals": _refusals_dict(),
+        "refusals": _refusals_dict(activity.pk),
         "anomalies": _anomalies(activity),
     }
 
@@ -254,9 +260,9 @@ REFUSAL_WORDS = {
 }
 
 
-def _refusals_dict() -> dict:
+def _refusals_dict(activity_id: int) -> dict:
     try:
-        refusals = purchase_refusals()
+        refusals = purchase_refusals(activity_id)
     except Exception as exc:  # a figure missing, never the page
         logger.warning("purchase counters unreadable: %s", exc)
         return {"total": None, "by_code": {}, "by_reason": {}, "shared": False}

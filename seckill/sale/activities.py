@@ -91,7 +91,7 @@ LIVE_LOCKED_FIELDS = (
     "safety_stock",
     "db_reserve",
 )
-LIVE_LOCK_REASON = "cannot change once the sale is warmed or has started"
+LIVE_LOCK_REASON = "cannot change once the stock is loaded or the sale has started"
 # Units may be sold (database path) or ordered: the stock figures stay.
 _STOCK_FIELDS = ("total_stock", "safety_stock", "db_reserve", "shards", "per_user_limit")
 
@@ -140,7 +140,7 @@ def activity_edit_refusal(
     refusals = [f"{', '.join(labels)} {reason}" for reason, labels in reasons.items()]
     if "shards" in changed and "shards" not in locked and start_at - SHARDS_CHANGE_LEAD <= now:
         refusals.append(
-            f"stock shards stays {stored.shards}: it can change only until "
+            f"stock counters stays {stored.shards}: it can change only until "
             f"{int(SHARDS_CHANGE_LEAD.total_seconds())} seconds before the start"
         )
     # Earlier than stored (to the second: the form has no microseconds) and past.

@@ -12,11 +12,11 @@ def anomaly_drift_measured(activity_id: int) -> str | None:
     m = reconciliation_measure(activity_id=activity_id)
     parts = []
     if m.redis_drift:
-        parts.append(f"Redis {m.redis_drift:+d} unit(s)")
+        parts.append(f"live counter {m.redis_drift:+d} unit(s)")
     if m.db_drift:
-        parts.append(f"database {m.db_drift:+d} unit(s)")
+        parts.append(f"shop's records {m.db_drift:+d} unit(s)")
     if m.reserve_drift:
-        parts.append(f"reserve {m.reserve_drift:+d} unit(s)")
+        parts.append(f"outage reserve {m.reserve_drift:+d} unit(s)")
     return ", ".join(parts) or None
 
 
@@ -25,22 +25,20 @@ def anomaly_stock_rederive(*, anomaly: AnomalyOrder, by, note: str = "") -> dict
     warm-up), reconcile, and record what changed in the anomaly's history. The anomaly
     stays open: staff resolve it once the result is right."""
     if anomaly.kind != AnomalyOrder.Kind.DRIFT:
-        raise AnomalyActionError("only a stock drift is fixed by deriving the stock again")
+        raise AnomalyActionError("only units not accounted for are fixed by recounting the live counter")
     before = reconciliation_measure(activity_id=anomaly.activity_id)
     if before.redis.stock is None:
-        raise AnomalyActionError("the sale has no stock in Redis (not warmed yet, or closed): nothing to derive")
+        raise AnomalyActionError("the sale's stock is not loaded (not ready yet, or closed): nothing to recount")
     try:
         warmed = activity_warmup(activity_id=anomaly.activity_id, force=True)
     except WarmupError as exc:
-        raise AnomalyActionError(f"the stock could not be derived again: {exc}") from exc
+        raise AnomalyActionError(f"the live counter could not be recounted: {exc}") from exc
     try:
         report = reconcile(activity_id=anomaly.activity_id)
     except RuntimeError as exc:  # another run holds the lock: the warm-up stands, say so
-        result = (
-            f"stock derived again: Redis remaining {before.redis.stock} → {warmed.remaining}; not reconciled: {exc}"
-        )
+        result = f"live counter recounted: units left {before.redis.stock} → {warmed.remaining}; not checked: {exc}"
         anomaly_log(anomaly=anomaly, action="rederive_stock", by=by, note=note, result=result)
-        raise AnomalyActionError(f"{result} (reconcile again later)") from exc
+        raise AnomalyActionError(f"{result} (check again later)") from exc
     effect = {
         "remaining_before": before.redis.stock,
         "remaining_after": report["redis_remaining"],
@@ -50,9 +48,9 @@ def anomaly_stock_rederive(*, anomaly: AnomalyOrder, by, note: str = "") -> dict
         "identity_ok": report["identity_ok"],
     }
     result = (
-        f"stock derived again: Redis remaining {before.redis.stock} → {report['redis_remaining']}, "
-        f"drift {before.redis_drift} → {report['redis_drift']}; "
-        f"reconciliation {'balances' if report['identity_ok'] else 'still does not balance'}"
+        f"live counter recounted: units left {before.redis.stock} → {report['redis_remaining']}, "
+        f"units off {before.redis_drift} → {report['redis_drift']}; "
+        f"{'every unit accounted for' if report['identity_ok'] else 'some units still not accounted for'}"
     )
     anomaly_log(anomaly=anomaly, action="rederive_stock", by=by, note=note, result=result)
     return effect

@@ -89,7 +89,7 @@ def activity_warmup(*, activity_id: int, force: bool = False) -> WarmupResult:
     """
     lock = _lifecycle_lock(activity_id)
     if not lock.acquire():
-        raise WarmupError(f"activity {activity_id} is being warmed or closed by another process; try again")
+        raise WarmupError(f"activity {activity_id}: its stock is being loaded or settled by another process; try again")
     try:
         return _activity_warmup(activity_id=activity_id, force=force)
     finally:
@@ -143,7 +143,7 @@ def _warmable(*, activity_id: int, force: bool, now: datetime) -> tuple[Activity
     lose writes, or a live stock not to be replaced without ``force``."""
     activity = Activity.objects.get(pk=activity_id)
     if activity.status == Activity.Status.ENDED:
-        raise WarmupError(f"activity {activity_id} has ended and been cleaned up; it cannot be warmed")
+        raise WarmupError(f"activity {activity_id} has ended and been cleaned up; its stock cannot be loaded again")
     client, layout = stock_redis(), StockLayout(activity_id, activity.shards)
     volatile = [] if settings.SECKILL_ALLOW_VOLATILE_REDIS else volatile_reasons(client, layout)
     if volatile:
@@ -154,8 +154,8 @@ def _warmable(*, activity_id: int, force: bool, now: datetime) -> tuple[Activity
     current, _ = layout.totals(client)
     if current is not None and now >= activity.start_at and not force:
         raise WarmupError(
-            f"activity {activity_id} is live and its stock is in Redis ({int(current)} left); "
-            "use --force (the admin action 'force re-warm') to re-derive it from the database"
+            f"activity {activity_id} is on sale and its stock is loaded ({int(current)} left); "
+            'recount it from the orders instead ("Recount the stock from the orders", or --force)'
         )
     return activity, client, layout
 
@@ -212,7 +212,7 @@ def _stock_load(activity: Activity, client: StockRedis, layout: StockLayout) -> 
         if load.written:
             break
     if not rounds:
-        raise WarmupError(f"activity {activity.pk}: the stock kept changing while warming; try again")
+        raise WarmupError(f"activity {activity.pk}: the stock kept changing while it was loaded; try again")
     return load
 
 
@@ -228,7 +228,7 @@ def _derived_remaining(activity: Activity, picture: Measurement) -> int:
     remaining = redis_share - activity.safety_stock - unordered_units - not_returned_units
     if remaining < 0:
         raise WarmupError(
-            f"cannot warm: database available {db['db_available']} - reserve {db['db_reserve_left']} "
+            f"cannot load the stock: database available {db['db_available']} - reserve {db['db_reserve_left']} "
             f"- safety {activity.safety_stock} "
             f"- unordered reservations {unordered_units} - cancelled units not yet returned "
             f"{not_returned_units} is negative; reconcile first"
@@ -248,11 +248,11 @@ def _records_corrected(activity_id: int, client: StockRedis, layout: StockLayout
     if after is None:
         # Cancelled orders the derivation left out stay for reconciliation to return.
         raise WarmupError(
-            f"activity {activity_id}: the stock kept changing; the participants written may be stale, re-warm again"
+            f"activity {activity_id}: the stock kept changing; the participants written may be stale, load it again"
         )
     layout.records_correct(client, load.records, _participants(layout, picture=after))
     if not load.written:
-        raise WarmupError(f"activity {activity_id}: the stock kept changing while warming; try again")
+        raise WarmupError(f"activity {activity_id}: the stock kept changing while it was loaded; try again")
     return after
 
 
@@ -347,7 +347,7 @@ def activity_stock_relayout(*, activity_id: int, old_shards: int) -> int:
     no longer reads. The next warm-up lays out the new count. Returns the keys removed."""
     lock = _lifecycle_lock(activity_id)  # no warm-up writes the new layout meanwhile
     if not lock.acquire():
-        raise WarmupError(f"activity {activity_id} is being warmed or closed by another process; try again")
+        raise WarmupError(f"activity {activity_id}: its stock is being loaded or settled by another process; try again")
     try:
         if not Activity.objects.filter(pk=activity_id, status=Activity.Status.SCHEDULED).exists():
             return 0  # warmed meanwhile over the new count: its keys are not the old layout's to remove

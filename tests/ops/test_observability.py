@@ -144,7 +144,8 @@ def test_metrics_add_up_across_gunicorn_workers_and_logs_carry_request_ids(proce
         status, headers, text = _request(f"{base}/metrics", headers=scrape)
         assert status == 200
         samples = _samples(text.decode())
-        code = lambda c: samples.get(("seckill_purchase_total", (("code", c),)), 0)  # noqa: E731
+        sale = str(activity.pk)
+        code = lambda c: samples.get(("seckill_purchase_total", (("activity", sale), ("code", c))), 0)  # noqa: E731
         assert (code("queued"), code("sold_out"), code("duplicate"), code("not_authenticated")) == (3, 2, 1, 1)
         assert samples[("seckill_script_seconds_count", (("script", "purchase"),))] == 6
         # No worker runs: the three reservations wait in the log, and the one drain task the

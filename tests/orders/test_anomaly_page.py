@@ -1,5 +1,5 @@
 """The anomaly page as a reviewer: the actions offered fit the anomaly's kind and each
-answers (no 403 or 500), a drift is fixed by deriving the stock again (with its effect
+answers (no 403 or 500), a drift is fixed by recounting the live counter (with its effect
 in the history), resolving a drift still measured says so, the action box is laid out
 below the evidence, and the admin header counts the open anomalies."""
 
@@ -87,7 +87,7 @@ def test_a_reviewer_derives_the_stock_of_a_drift_again_and_sees_the_effect():
     anomaly = _drift(activity)
     assert redis_remaining(activity.pk) == 8
     reviewer, client = staff_member("reviewers")
-    assert "Derive the stock again" in _page(client, anomaly)
+    assert "Recount the live counter" in _page(client, anomaly)
 
     act = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "rederive"])
     response = client.post(act, {"note": "Redis was restored from an old backup"}, follow=True)
@@ -96,10 +96,10 @@ def test_a_reviewer_derives_the_stock_of_a_drift_again_and_sees_the_effect():
     anomaly.refresh_from_db()
     entry = anomaly.history[-1]
     assert entry["action"] == "rederive_stock" and entry["by"] == reviewer.username
-    assert "Redis remaining 8 → 5" in entry["result"] and "reconciliation balances" in entry["result"]
+    assert "units left 8 → 5" in entry["result"] and "every unit accounted for" in entry["result"]
     assert anomaly.status == AnomalyOrder.Status.OPEN, "staff resolve it once they have seen the result"
     page = response.content.decode()
-    assert "Redis remaining 8 → 5" in page  # the message and the history
+    assert "units left 8 → 5" in page  # the message and the history
     assert reconcile(activity_id=activity.pk)["identity_ok"]
 
     resolve = reverse("admin:orders_anomalyorder_act", args=[anomaly.pk, "resolve"])
@@ -116,8 +116,8 @@ def test_resolving_a_drift_still_measured_says_so_in_the_history():
     client.post(resolve, {"note": "looks fine to me"})
     anomaly.refresh_from_db()
     assert anomaly.status == AnomalyOrder.Status.RESOLVED
-    assert anomaly.history[-1]["result"] == "resolved with the drift still measured: Redis -3 unit(s)"
-    assert "drift still measured" in _page(client, anomaly)
+    assert anomaly.history[-1]["result"] == "resolved with units still not accounted for: live counter -3 unit(s)"
+    assert "units still not accounted for" in _page(client, anomaly)
 
 
 def test_the_action_box_is_below_the_evidence_with_its_stylesheet():
@@ -195,7 +195,7 @@ def test_a_rederive_while_another_reconciliation_runs_says_so_and_keeps_the_warm
         response = client.post(act, {"note": "x"}, follow=True)
     finally:
         lock.release()
-    assert response.status_code == 200 and "reconcile again later" in response.content.decode()
+    assert response.status_code == 200 and "check again later" in response.content.decode()
     assert redis_remaining(activity.pk) == 5
     anomaly.refresh_from_db()
-    assert "not reconciled" in anomaly.history[-1]["result"]
+    assert "not checked" in anomaly.history[-1]["result"]

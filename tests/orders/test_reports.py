@@ -45,7 +45,7 @@ def test_the_list_shows_problems_first_and_the_run_in_words(reviewer):
     listed = [r.pk for r in response.context["cl"].result_list]
     assert listed == [drift.pk, opened.pk, final.pk, healthy.pk]
     page = response.content.decode()
-    assert "during the sale" in page and "final check" in page and "do not hold" in page
+    assert "during the sale" in page and "final check" in page and 'errornote-inline">no<' in page
     assert "icon-no.svg" not in page, "no red cross for a run made during the sale"
 
 
@@ -59,10 +59,10 @@ def test_a_report_detail_reads_in_words_and_tables(reviewer, settings):
     response = reviewer.get(reverse("admin:orders_reconciliationreport_change", args=[stored.pk]))
     assert response.status_code == 200
     page = response.content.decode()
-    assert "The stock identities hold." in page and "1 item(s) found, 1 repaired" in page
+    assert "Every unit is accounted for." in page and "1 item(s) found, 1 repaired" in page
     assert "reservations without an order" in page and "orders created from reservations" in page
-    assert "Database reserve: reserve = left + sold by the database + released" in page
-    assert "released to Redis" in page and "in live database-path orders" in page
+    assert "Outage reserve: reserve = left + sold from it + handed over" in page
+    assert "handed to the live counter" in page and "in open orders sold from the reserve" in page
     assert "<pre>" not in page and '"identity_ok"' not in page, "no raw JSON"
 
 

@@ -106,7 +106,7 @@ def test_the_locked_fields_are_read_only_in_admin(merchant, kind):
     ):
         assert f'name="{name}"' not in page, name
     assert 'name="end_at_0"' in page and 'name="title"' in page
-    assert "locked once the sale is warmed" in page  # the help text says why
+    assert "locked once the stock is loaded" in page  # the help text says why
 
 
 @pytest.mark.django_db(transaction=True)
@@ -121,7 +121,7 @@ def test_a_posted_change_of_a_locked_field_is_refused_and_changes_nothing(mercha
     assert response.status_code == 200  # the form again, with the refusal
     page = response.content.decode()
     label = str(Activity._meta.get_field(field).verbose_name)
-    assert "cannot change once the sale is warmed or has started" in page and label in page, page[-3000:]
+    assert "cannot change once the stock is loaded or the sale has started" in page and label in page, page[-3000:]
     assert state(activity) == before
 
 
@@ -138,7 +138,7 @@ def test_the_service_refuses_a_change_of_a_locked_field(kind, field):
     activity.title = "Renamed"
     activity.end_at = activity.end_at + timedelta(hours=1)
 
-    with pytest.raises(ActivityChangeRefused, match="cannot change once the sale is warmed or has started"):
+    with pytest.raises(ActivityChangeRefused, match="cannot change once the stock is loaded or the sale has started"):
         activity_save(activity=activity)
 
     assert state(activity) == before  # nothing of the edit saved, not even the title
@@ -194,7 +194,7 @@ def test_a_shard_change_after_the_warm_up_is_refused_before_anything_is_committe
     before = state(activity)
     activity.shards = 1
 
-    with pytest.raises(ActivityChangeRefused, match="stock shards"):
+    with pytest.raises(ActivityChangeRefused, match="stock counters"):
         activity_save(activity=activity)
 
     assert state(activity) == before

@@ -153,7 +153,7 @@ def test_moving_the_start_of_a_started_sale_into_the_future_is_refused(shopper):
     activity = make_activity(stock=5)
     token = activity_token_ensure(activity_id=activity.pk)
     activity.start_at = timezone.now() + timedelta(minutes=5)
-    with pytest.raises(ActivityChangeRefused, match="cannot change once the sale is warmed or has started"):
+    with pytest.raises(ActivityChangeRefused, match="cannot change once the stock is loaded or the sale has started"):
         activity_save(activity=activity)
     activity.refresh_from_db()
     assert activity.purchase_token == token and activity.start_at < timezone.now()

@@ -101,9 +101,9 @@ def test_a_shard_change_removes_the_keys_a_failed_warm_up_left_in_the_old_layout
 @pytest.mark.parametrize(
     ("start_in", "warm", "refusal"),
     [
-        (timedelta(seconds=-5), True, "stock shards cannot change once the sale is warmed or has started"),
-        (timedelta(hours=1), True, "stock shards cannot change once the sale is warmed or has started"),
-        (timedelta(seconds=30), False, "stock shards stays 8"),
+        (timedelta(seconds=-5), True, "stock counters cannot change once the stock is loaded or the sale has started"),
+        (timedelta(hours=1), True, "stock counters cannot change once the stock is loaded or the sale has started"),
+        (timedelta(seconds=30), False, "stock counters stays 8"),
     ],
     ids=["started", "warmed", "too_close"],
 )
@@ -126,7 +126,7 @@ def test_the_service_refuses_to_move_the_start_close_with_a_shard_change():
     activity = make_activity(stock=16, started=False, warm=False, shards=8)
     activity.shards = 2
     activity.start_at = timezone.now() + timedelta(seconds=10)
-    with pytest.raises(ActivityChangeRefused, match="stock shards stays 8"):
+    with pytest.raises(ActivityChangeRefused, match="stock counters stays 8"):
         activity_save(activity=activity)
     assert Activity.objects.get(pk=activity.pk).shards == 8
 
@@ -169,7 +169,7 @@ def test_admin_shows_the_shards_read_only_once_the_start_is_near(merchant):
 
     # A page opened earlier still posts a shard count: refused aloud, nothing saved.
     response = merchant.post(url, change_form(near, shards="1"))
-    assert response.status_code == 200 and "stock shards stays 8" in response.content.decode()
+    assert response.status_code == 200 and "stock counters stays 8" in response.content.decode()
     near.refresh_from_db()
     assert near.shards == 8
 
@@ -184,6 +184,6 @@ def test_admin_refuses_a_shard_change_with_a_start_moved_close(merchant):
     soon = timezone.localtime(timezone.now() + timedelta(seconds=10))
     data = change_form(activity, shards="2", start_at_0=soon.strftime("%Y-%m-%d"), start_at_1=soon.strftime("%H:%M:%S"))
     response = merchant.post(f"/admin/seckill/activity/{activity.pk}/change/", data)
-    assert response.status_code == 200 and "stock shards stays 8" in response.content.decode()
+    assert response.status_code == 200 and "stock counters stays 8" in response.content.decode()
     stored = Activity.objects.get(pk=activity.pk)
     assert (stored.shards, stored.start_at) == (8, activity.start_at)
