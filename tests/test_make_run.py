@@ -110,9 +110,18 @@ def stack_state_dir():
 
 class Stack:
     """`python -m devtools.stack` (what `make run` runs) on free ports, with its own state
-    folder and embedded servers; its output kept for failures."""
+    folder and embedded servers, or the servers ``services`` names (DATABASE_URL, REDIS_URL
+    and the like, as a reader's environment may set them); its output kept for failures."""
 
-    def __init__(self, state_dir: Path, log_path: Path, *, port: int | None = None, piped: bool = False):
+    def __init__(
+        self,
+        state_dir: Path,
+        log_path: Path,
+        *,
+        port: int | None = None,
+        piped: bool = False,
+        services: dict[str, str] | None = None,
+    ):
         self.port, self.pg_port, self.redis_port = port or free_port(), free_port(), free_port()
         env = {
             k: v
@@ -127,7 +136,9 @@ class Stack:
             SECKILL_EMBEDDED_PG_PORT=str(self.pg_port),
             SECKILL_EMBEDDED_REDIS_PORT=str(self.redis_port),
             PYTHONUNBUFFERED="1",
+            **(services or {}),
         )
+        self.env = env  # what a reader's shell beside this make run holds
         self.state_dir, self.log_path = state_dir, log_path
         self.base = f"http://127.0.0.1:{self.port}"
         self._log = open(log_path, "wb")
