@@ -20,7 +20,7 @@ import of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .keys import USER_PARTITIONS, ActivityKeys, claim_value
@@ -29,15 +29,17 @@ from .scripts import (
     LogEntry,
     PurchaseReply,
     RedisSnapshot,
+    UnitsBack,
     run_claim_settle,
+    run_claim_settles,
     run_freeze,
     run_handover,
     run_purchase,
     run_purchase_sharded,
     run_release,
-    run_return,
+    run_returns,
     run_shard_release,
-    run_shard_return,
+    run_shard_returns,
     run_snapshot,
     run_warmup,
     shard_figures,
@@ -170,20 +172,22 @@ class StockLayout:
             client.hdel(self.keys.shard(entry.shard).attempts, entry.reservation_id)
         return released
 
-    def units_return(
-        self, client: StockRedis, *, order_no: str, quantity: int, user_id: int, reservation_id: str, shard: int = 0
-    ) -> bool:
-        """A cancelled order's units back into the shard they came from, and the shopper
-        freed; once per order (the ``returned`` set)."""
+    def units_return(self, client: StockRedis, returns: Sequence[UnitsBack]) -> list[bool]:
+        """Cancelled orders' units back into the shards they came from, and their shoppers
+        freed; once per order (the ``returned`` sets). True for each returned now. One
+        round trip with one key, two with shards (their claims live in other slots),
+        whatever the number of orders."""
         if not self.sharded:
-            return run_return(
-                client, self.keys, order_no=order_no, quantity=quantity, user_id=user_id, reservation_id=reservation_id
-            )
-        returned = run_shard_return(client, self.keys.shard(shard), order_no=order_no, quantity=quantity)
-        if returned:
-            run_claim_settle(
-                client, self.users_of(user_id), user_id=user_id, expected=claim_value(shard, reservation_id), new=""
-            )
+            return run_returns(client, self.keys, returns)
+        returned = run_shard_returns(client, self.keys, returns)
+        run_claim_settles(
+            client,
+            [
+                (self.users_of(r.user_id), r.user_id, claim_value(r.shard, r.reservation_id))
+                for r, now in zip(returns, returned, strict=True)
+                if now
+            ],
+        )
         return returned
 
     def snapshot(self, client: StockRedis) -> RedisSnapshot:

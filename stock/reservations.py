@@ -5,13 +5,13 @@ With sharded stock (S > 1) every entry lives in the log of the shard it was take
 from (``LogEntry.shard``), and the shopper's claim in their user partition."""
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from .keys import ActivityKeys
 from .layout import StockLayout, activity_shards
 from .redis_client import stock_redis
-from .scripts import LogEntry, parse_log_entry
+from .scripts import LogEntry, UnitsBack, parse_log_entry
 
 logger = logging.getLogger(__name__)
 
@@ -125,14 +125,10 @@ def reservation_release(
     )
 
 
-def order_units_return(
-    *, activity_id: int, order_no: str, quantity: int, user_id: int, reservation_id: str, shard: int = 0
-) -> bool:
-    """Put a cancelled order's units back in Redis (the shard they came from) and free
-    the shopper; once per order."""
-    return StockLayout.of(activity_id).units_return(
-        stock_redis(), order_no=order_no, quantity=quantity, user_id=user_id, reservation_id=reservation_id, shard=shard
-    )
+def orders_units_back(*, activity_id: int, returns: Sequence[UnitsBack]) -> list[bool]:
+    """Put cancelled orders' units back in Redis (each to the shard it came from) and free
+    their shoppers, once per order, in one or two round trips; True for each returned now."""
+    return StockLayout.of(activity_id).units_return(stock_redis(), returns)
 
 
 def order_participant_free(*, activity_id: int, user_id: int, reservation_id: str) -> bool:

@@ -12,7 +12,8 @@ from django.utils import timezone
 from core import metrics
 from inventory.services import Share, stock_return
 from stock.handover import released_units_hand_over
-from stock.reservations import order_participant_free, order_units_return
+from stock.reservations import order_participant_free, orders_units_back
+from stock.scripts import UnitsBack
 
 from ..mails import order_mails_enqueue
 from ..models import Order, activity_model
@@ -130,40 +131,55 @@ def order_cancel(*, order: Order, reason: str, now=None) -> Order:
 
 
 def orders_units_return(*, orders: list[Order]) -> int:
-    """Give cancelled orders' units back to Redis (each to its shard) and free the
-    shoppers; returns how many went back now. An ended activity has no Redis state left
-    to return to: the database is the truth then."""
+    """The one place cancelled orders' units go back to Redis (each order carries the
+    shard its units came from) and their shoppers are freed; returns how many went back
+    now. Each activity's orders go together, in one or two round trips however many they
+    are: a batch of expiries is committed at once, and every shopper of it may buy again
+    within the memory bound (docs/API.md), not one round trip per order later.
+
+    An ended activity has no Redis state left to return to: the database is the truth
+    then. A database-path order's units never were in Redis: the cancel released them to
+    Redis's share in the database (``stock_return``), the hand-over adds them to Redis's
+    stock, and its shopper is freed. Redis away: reconciliation finds the cancelled orders
+    not yet returned and returns them."""
     activities = activity_model()
     live = set(
         activities.objects.filter(pk__in={o.activity_id for o in orders})
         .exclude(status=activities.Status.ENDED)
         .values_list("pk", flat=True)
     )
-    return sum(order_units_return_safely(order=o) for o in orders if o.activity_id in live)
-
-
-def order_units_return_safely(*, order: Order) -> bool:
-    """The one place a cancelled order's units go back to Redis: ``order`` carries the
-    shard the units came from. A database-path order's units never were in Redis: the
-    cancel released them to Redis's share in the database (``stock_return``), and the
-    hand-over adds them to Redis's stock; its shopper is freed."""
-    try:
-        if order.from_reserve:
-            freed = order_participant_free(
-                activity_id=order.activity_id, user_id=order.user_id, reservation_id=order.reservation_id
+    by_activity: dict[int, list[Order]] = {}
+    for order in orders:
+        if order.activity_id in live:
+            by_activity.setdefault(order.activity_id, []).append(order)
+    returned = 0
+    for activity_id, group in sorted(by_activity.items()):
+        try:
+            returned += _activity_units_return(activity_id, group)
+        except Exception as exc:  # Redis away: reconciliation finds them not yet returned
+            logger.warning(
+                "cancel: Redis return of %s deferred to reconciliation: %s", [o.order_no for o in group], exc
             )
-            return released_units_hand_over(activity_id=order.activity_id) > 0 or freed
-        return order_units_return(
-            activity_id=order.activity_id,
-            order_no=order.order_no,
-            quantity=order.quantity,
-            user_id=order.user_id,
-            reservation_id=order.reservation_id,
-            shard=order.shard,
+    return returned
+
+
+def _activity_units_return(activity_id: int, orders: list[Order]) -> int:
+    from_redis = [o for o in orders if not o.from_reserve]
+    returned = sum(
+        orders_units_back(
+            activity_id=activity_id,
+            returns=[UnitsBack(o.order_no, o.quantity, o.user_id, o.reservation_id, o.shard) for o in from_redis],
         )
-    except Exception as exc:  # Redis away: reconciliation finds the cancelled order not yet returned
-        logger.warning("cancel: Redis return of %s deferred to reconciliation: %s", order.order_no, exc)
-        return False
+    )
+    from_reserve = [o for o in orders if o.from_reserve]
+    if from_reserve:
+        freed = [
+            order_participant_free(activity_id=activity_id, user_id=o.user_id, reservation_id=o.reservation_id)
+            for o in from_reserve
+        ]
+        handed = released_units_hand_over(activity_id=activity_id) > 0
+        returned += sum(1 for f in freed if f or handed)
+    return returned
 
 
 # --- the payment deadline: the deadline task and the sweeper ----------------------------

@@ -4,15 +4,17 @@ the snapshot reconciliation reads."""
 
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
+from redis.exceptions import NoScriptError
 
 from core.metrics import script_timer
 
 from ..keys import ActivityKeys, claim_pending, claim_value
 from ..redis_client import StockRedis
-from .loader import ScriptCode, lua_script, refused_raised
+from .loader import LuaScript, ScriptCode, lua_script, refused_raised
 
 PURCHASE = lua_script("stock/purchase")
 RELEASE = lua_script("stock/release")
@@ -185,13 +187,68 @@ def run_shard_release(
     return bool(refused_raised("shard_release", released, args))
 
 
-def run_shard_return(client: StockRedis, shard_keys: ActivityKeys, *, order_no: str, quantity: int) -> bool:
-    args: list[str | int] = [order_no, quantity]
-    with script_timer("shard_return"):
-        returned = SHARD_RETURN(
-            keys=[shard_keys.stock, shard_keys.returned, shard_keys.restocks], args=args, client=client
-        )
-    return bool(refused_raised("shard_return", returned, args))
+@dataclass(frozen=True)
+class UnitsBack:
+    """A cancelled order's units on their way back to Redis, and whose record to free."""
+
+    order_no: str
+    quantity: int
+    user_id: int
+    reservation_id: str
+    shard: int = 0
+
+
+def run_returns(client: StockRedis, keys: ActivityKeys, returns: Sequence[UnitsBack]) -> list[bool]:
+    """One key: each order's units back and its shopper freed, once per order (return.lua);
+    True for each returned now. All in one pipeline: a batch of expiries is on sale again
+    one round trip after its commit, not one round trip per order later."""
+    calls = [
+        ([keys.stock, keys.users, keys.returned], [r.order_no, r.quantity, r.user_id, r.reservation_id])
+        for r in returns
+    ]
+    return [bool(reply) for reply in _pipelined(client, RETURN, "return", calls)]
+
+
+def run_shard_returns(client: StockRedis, keys: ActivityKeys, returns: Sequence[UnitsBack]) -> list[bool]:
+    """S > 1: each order's units back into the shard they came from, once per order
+    (shard_return.lua), in one pipeline; True for each returned now. The caller then frees
+    the shoppers of those (their claims live in other slots)."""
+    calls = []
+    for r in returns:
+        shard = keys.shard(r.shard)
+        calls.append(([shard.stock, shard.returned, shard.restocks], [r.order_no, r.quantity]))
+    return [bool(reply) for reply in _pipelined(client, SHARD_RETURN, "shard_return", calls)]
+
+
+def run_claim_settles(client: StockRedis, settles: Sequence[tuple[ActivityKeys, int, str]]) -> list[bool]:
+    """S > 1: free each shopper whose claim is still ``expected`` ((partition, user id,
+    expected) each), in one pipeline."""
+    calls = [
+        ([part.users, part.failed, part.pending], [user_id, expected, "", ""]) for part, user_id, expected in settles
+    ]
+    return [bool(reply) for reply in _pipelined(client, CLAIM_SETTLE, "claim_settle", calls)]
+
+
+def _pipelined(client: StockRedis, script: LuaScript, name: str, calls: list[tuple[list[str], list]]) -> list:
+    """``script`` once per (KEYS, ARGV) of ``calls``, in one pipeline (not a transaction:
+    each call is atomic alone, and in a cluster they may live in different slots). Only for
+    scripts that are safe to run twice: a Redis that has not loaded the script answers
+    NOSCRIPT, and the whole pipeline runs again once it has."""
+    if not calls:
+        return []
+    for attempt in (1, 2):
+        pipe = client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            with script_timer(name):
+                replies = pipe.execute()
+            break
+        except NoScriptError:
+            if attempt == 2:
+                raise
+            client.script_load(script.script)
+    return [refused_raised(name, reply, args) for reply, (_, args) in zip(replies, calls, strict=True)]
 
 
 def purchase_script_call(keys: ActivityKeys, *, user_id: int, quantity: int, limit: int, shard: int = 0) -> dict:
@@ -237,15 +294,6 @@ def run_release(
     with script_timer("release"):
         released = RELEASE(keys=[keys.stock, keys.users, keys.log, keys.failed, keys.loaded], args=args, client=client)
     return bool(refused_raised("release", released, args))
-
-
-def run_return(
-    client: StockRedis, keys: ActivityKeys, *, order_no: str, quantity: int, user_id: int, reservation_id: str
-) -> bool:
-    with script_timer("return"):
-        args: list[str | int] = [order_no, quantity, user_id, reservation_id]
-        returned = RETURN(keys=[keys.stock, keys.users, keys.returned], args=args, client=client)
-    return bool(refused_raised("return", returned, args))
 
 
 def run_warmup(

@@ -63,3 +63,36 @@ def test_sharded_lifecycle_on_the_cluster(on_cluster, django_capture_on_commit_c
     assert report["identity_ok"] and report["redis_remaining"] == 29, report
     activity_keys_remove(activity_id=activity.pk)
     assert not list(stock_redis().scan_iter(match=f"*{{a{activity.pk}[}}su]*"))
+
+
+def test_a_batch_of_expiries_returns_together_on_the_cluster(on_cluster):
+    """The returns of a batch go in pipelines whose scripts live on several nodes' slots,
+    on primaries that have not loaded the scripts yet: each unit back in its shard once,
+    each shopper free to buy again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from orders.models import Order
+    from orders.services.lifecycle import orders_expire_overdue
+    from seckill.sale.reconciliation import reconcile
+    from seckill.sale.replay import reservations_replay
+    from stock.layout import StockLayout
+    from stock.scripts import CLAIM_SETTLE, SHARD_RETURN, ScriptCode
+
+    activity = make_activity(stock=40, shards=SHARDS)
+    users = make_users(24)
+    layout = StockLayout(activity.pk, SHARDS)
+    for user in users:
+        assert layout.reserve(stock_redis(), user_id=user.pk, quantity=1, limit=1).code == ScriptCode.RESERVED
+    assert reservations_replay(activity_id=activity.pk, grace_seconds=-1).created == 24
+    Order.objects.filter(activity=activity).update(pay_deadline=timezone.now() - timedelta(seconds=1))
+    stock_redis().script_flush()
+    assert not any(stock_redis().script_exists(SHARD_RETURN.sha, CLAIM_SETTLE.sha)), "a primary kept the scripts"
+
+    assert orders_expire_overdue(activity_id=activity.pk) == 24
+    assert sum(shard_stocks(activity)) == 40
+    client = stock_redis()
+    assert not any(client.hexists(layout.users_of(u.pk).users, u.pk) for u in users)
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"] and report["buckets"]["cancelled_not_returned"] == 0, report

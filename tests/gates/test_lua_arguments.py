@@ -5,7 +5,16 @@ import pytest
 
 from stock.keys import ActivityKeys
 from stock.redis_client import stock_redis
-from stock.scripts import CLAIM, PURCHASE, SHARD_PURCHASE, ScriptArgumentsInvalid, ScriptCode, run_return, run_warmup
+from stock.scripts import (
+    CLAIM,
+    PURCHASE,
+    SHARD_PURCHASE,
+    ScriptArgumentsInvalid,
+    ScriptCode,
+    UnitsBack,
+    run_returns,
+    run_warmup,
+)
 
 
 def untouched(keys: ActivityKeys, stock: bytes | None = b"10") -> None:
@@ -83,7 +92,7 @@ def test_claim_refuses_a_bad_time_before_writing():
 def test_return_refuses_a_bad_quantity_before_writing(quantity):
     keys = armed(9105)
     with pytest.raises(ScriptArgumentsInvalid):
-        run_return(stock_redis(), keys, order_no="SK1", quantity=quantity, user_id=7, reservation_id="1-0")
+        run_returns(stock_redis(), keys, [UnitsBack("SK1", quantity, 7, "1-0")])
     untouched(keys)
 
 

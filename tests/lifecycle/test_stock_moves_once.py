@@ -13,7 +13,7 @@ from django.utils import timezone
 from inventory.models import SeckillStock, StockMovement
 from inventory.services import InsufficientStock, Share, stock_return
 from orders.models import AnomalyOrder, Order
-from orders.services.lifecycle import order_cancel, order_units_return_safely, orders_units_return
+from orders.services.lifecycle import order_cancel, orders_units_return
 from seckill.models import Activity
 from seckill.sale.lifecycle import WarmupError, activity_close, activity_warmup
 from seckill.sale.reconciliation import reconcile
@@ -42,7 +42,6 @@ def test_a_cancelled_orders_units_return_to_redis_once_whoever_returns_them():
 
     cancelled = Order.objects.get(pk=order.pk)
     assert orders_units_return(orders=[cancelled]) == 0
-    assert order_units_return_safely(order=cancelled) is False
     assert redis_remaining(activity.pk) == 4
     assert stock_redis().smembers(ActivityKeys(activity.pk).returned) == {order.order_no.encode()}
     assert SeckillStock.objects.get(activity=activity).available == 4

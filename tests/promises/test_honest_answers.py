@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.db import connection
@@ -50,6 +48,7 @@ from tests.promises.linearizability import (
     sold_out_final_report,
     sold_out_final_violations,
 )
+from tests.promises.relay import RedisRelay
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -104,78 +103,6 @@ SCENARIOS = {
     # Shoppers arrive over 3 s, so that the outage begins with Redis's share half sold.
     "redis-outage": Scenario(shards=1, cancel_share=0.3, pay_timeout=900, arrival_spread=3.0, outage=True),
 }
-
-
-class RedisRelay:
-    """A TCP relay in front of the real Redis for the web processes only: ``cut()`` closes
-    every connection and closes new ones at once (Redis unreachable), ``restore()`` lets
-    them through again."""
-
-    def __init__(self, redis_url: str):
-        parts = urlsplit(redis_url)
-        self.target = (parts.hostname, parts.port or 6379)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = urlunsplit(parts._replace(netloc=f"127.0.0.1:{self.listener.getsockname()[1]}"))
-        self.down = False
-        self.closed = False
-        self._pairs: set[tuple[socket.socket, socket.socket]] = set()
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.down:
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            pair = (client, upstream)
-            with self._lock:
-                self._pairs.add(pair)
-            for src, dst in (pair, pair[::-1]):
-                threading.Thread(target=self._pump, args=(src, dst, pair), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, pair) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            self._drop(pair)
-
-    def _drop(self, pair) -> None:
-        with self._lock:
-            self._pairs.discard(pair)
-        for s in pair:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def cut(self) -> None:
-        self.down = True
-        with self._lock:
-            pairs = list(self._pairs)
-        for pair in pairs:
-            self._drop(pair)
-
-    def restore(self) -> None:
-        self.down = False
-
-    def close(self) -> None:
-        self.closed = True
-        self.cut()
-        self.listener.close()
 
 
 class Beat(threading.Thread):

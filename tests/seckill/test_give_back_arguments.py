@@ -14,9 +14,10 @@ from stock.scripts import (
     SHARD_RETURN,
     ScriptArgumentsInvalid,
     ScriptCode,
+    UnitsBack,
     run_release,
     run_shard_release,
-    run_shard_return,
+    run_shard_returns,
 )
 
 # A quantity that is no whole number of at least 1, as Redis receives it. A release may
@@ -98,7 +99,7 @@ def test_the_bindings_raise_for_a_refused_quantity_and_write_nothing():
     with pytest.raises(ScriptArgumentsInvalid):
         run_shard_release(client, keys, reservation_id=reservation, quantity=-1)
     with pytest.raises(ScriptArgumentsInvalid):
-        run_shard_return(client, keys, order_no="SK1", quantity=0)
+        run_shard_returns(client, keys, [UnitsBack("SK1", 0, 7, reservation)])
     untouched(keys, reservation)
 
 
@@ -112,6 +113,6 @@ def test_good_arguments_give_back_as_before():
     assert not run_release(
         client, keys, reservation_id=reservation, user_id=7, quantity=1, free_participant=True, reason="expired"
     )
-    assert run_shard_return(client, keys, order_no="SK1", quantity=2)
-    assert not run_shard_return(client, keys, order_no="SK1", quantity=2)
+    assert run_shard_returns(client, keys, [UnitsBack("SK1", 2, 7, reservation)]) == [True]
+    assert run_shard_returns(client, keys, [UnitsBack("SK1", 2, 7, reservation)]) == [False]
     assert client.get(keys.stock) == b"12" and client.get(keys.restocks) == b"1"
