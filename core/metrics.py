@@ -47,7 +47,11 @@ ANOMALIES_OPENED = Counter("seckill_anomalies_opened_total", "Anomaly orders ope
 ORDERS_CANCELLED = Counter(
     "seckill_orders_cancelled_total", "Orders moved pending -> cancelled (stock returned).", ["reason"]
 )
-RECONCILE_RUNS = Counter("seckill_reconcile_runs_total", "Reconciliation runs by outcome (ok, drift).", ["outcome"])
+RECONCILE_RUNS = Counter(
+    "seckill_reconcile_runs_total",
+    "Reconciliation runs by outcome (ok, drift, moving: the sale kept moving, nothing measured).",
+    ["outcome"],
+)
 RECONCILE_UNEXPLAINED_DRIFT = Gauge(
     "seckill_reconcile_unexplained_drift_units",
     "Units of stock drift the last reconciliation could not explain (0 = healthy).",

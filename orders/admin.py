@@ -460,6 +460,8 @@ class ReconciliationReportAdmin(SaleRowsAdmin, ReadOnlyAdmin):
 
     @admin.display(description="every unit accounted for", ordering="identity_ok")
     def accounted_for(self, obj):
+        if obj.report.get("consistent") is False:
+            return "not measured (the sale kept moving)"
         if obj.identity_ok:
             return "yes"
         return format_html('<strong class="errornote-inline">{}</strong>', "no")

@@ -114,7 +114,10 @@ def report_in_words(report: dict) -> str:
     found = sum(report.get("buckets", {}).values())
     done = sum(report.get("actions", {}).values())
     opened = report.get("anomalies_opened", 0)
-    parts = ["Every unit is accounted for." if report.get("identity_ok") else "Some units are not accounted for."]
+    if report.get("consistent") is False:  # a busy sale: the figures moved while they were read
+        parts = ["Not measured: the sale kept moving while the figures were read; the next quiet check tells."]
+    else:
+        parts = ["Every unit is accounted for." if report.get("identity_ok") else "Some units are not accounted for."]
     parts.append(f"{found} item(s) found, {done} repaired, {opened} anomaly(ies) opened.")
     if report.get("final"):
         parts.append("This is the final check, made when the sale was closed.")

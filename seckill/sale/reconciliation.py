@@ -431,13 +431,17 @@ def _reconcile(activity_id: int, *, dry_run: bool, final: bool) -> dict:
 def _store(activity_id: int, report: dict, *, final: bool, actions_taken: int) -> None:
     """A report row only when the run found, did or opened something (or closes the
     activity); every run updates the activity's summary. Beat runs every few seconds: a
-    row per quiet run would bury the ones staff must read."""
+    row per quiet run would bury the ones staff must read.
+
+    A run whose picture kept moving (a busy sale) measured nothing: what it found is not
+    a finding, so it stores a row only for what it did, and the summary's verdict (what
+    the live view shows) stays the last one measured."""
+    measured = report["consistent"]
     notable = (
         final
-        or not report["identity_ok"]
         or actions_taken > 0
         or report["anomalies_opened"] > 0
-        or any(report["buckets"].values())
+        or (measured and (not report["identity_ok"] or any(report["buckets"].values())))
     )
     now = timezone.now()
     with transaction.atomic():
@@ -451,14 +455,21 @@ def _store(activity_id: int, report: dict, *, final: bool, actions_taken: int) -
                 actions_taken=actions_taken,
                 report=report,
             )
-        summary, _ = ReconciliationSummary.objects.select_for_update().get_or_create(
-            activity_id=activity_id,
-            defaults={"last_checked_at": now, "last_identity_ok": report["identity_ok"], "latest": report},
-        )
-        summary.last_checked_at = now
-        summary.last_identity_ok = report["identity_ok"]
+        summaries = ReconciliationSummary.objects.select_for_update()
+        summary: ReconciliationSummary | None
+        if measured:
+            summary, _ = summaries.get_or_create(
+                activity_id=activity_id,
+                defaults={"last_checked_at": now, "last_identity_ok": report["identity_ok"], "latest": report},
+            )
+            summary.last_checked_at = now
+            summary.last_identity_ok = report["identity_ok"]
+            summary.latest = report
+        else:
+            summary = summaries.filter(activity_id=activity_id).first()
+            if summary is None:  # nothing measured yet: no verdict to show
+                return
         summary.runs += 1
-        summary.latest = report
         if stored is not None:
             summary.last_report = stored
             summary.quiet_runs_since_report = 0
@@ -468,6 +479,12 @@ def _store(activity_id: int, report: dict, *, final: bool, actions_taken: int) -
 
 
 def _observe(activity_id: int, report: dict) -> None:
+    """The metrics and the alert line of a run. A run whose picture kept moving (a busy
+    sale) measured nothing: it counts as ``moving`` and leaves the drift gauges and the
+    alert alone, or every busy sale with shards would page someone about drift it never had."""
+    if not report["consistent"]:
+        metrics.RECONCILE_RUNS.labels(outcome="moving").inc()
+        return
     label = str(activity_id)
     for side, units in report["unexplained_drift"].items():
         metrics.RECONCILE_UNEXPLAINED_DRIFT.labels(activity=label, side=side).set(units or 0)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from inventory.models import SeckillStock, StockMovement
+from orders.charts import report_in_words
 from orders.models import AnomalyOrder, Order, ReconciliationReport, ReconciliationSummary
 from orders.services.creation import _insert_orders
 from orders.services.lifecycle import order_cancel, order_pay
@@ -261,3 +262,63 @@ def test_quiet_runs_store_no_report_but_keep_the_summary_up_to_date(settings):
     reconcile(activity_id=activity.pk, dry_run=True)
     summary.refresh_from_db()
     assert reports(activity) == 1 and summary.runs == 5
+
+
+def test_a_run_on_a_moving_sale_raises_no_alarm_and_keeps_the_last_verdict(caplog):
+    """A busy sale keeps Redis moving while reconciliation reads it: the picture it ends
+    with is not consistent (``consistent: false``) and its drift is not a finding. Such a
+    run must not fire the drift alert (the log line, the gauge, the ``drift`` count), store
+    a report of problems nobody had, nor replace the verdict staff see with its own."""
+    import threading
+
+    from django.db import connection
+
+    activity = make_activity(stock=5000, pay_timeout=600)
+    users = make_users(3000, prefix="moving")
+    quiet = reconcile(activity_id=activity.pk)
+    assert quiet["consistent"] and quiet["identity_ok"], quiet
+    drift_gauge = {"activity": str(activity.pk), "side": "redis"}
+    stop, bought = threading.Event(), []
+
+    def shoppers(mine) -> None:  # reservations turned into orders, one after another
+        try:
+            for user in mine:
+                if stop.is_set():
+                    return
+                buy(activity, [user])
+                bought.append(user.pk)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=shoppers, args=(users[i::2],)) for i in range(2)]
+    for t in threads:
+        t.start()
+    moving = None
+    try:
+        wait_until(lambda: len(bought) >= 20, timeout=60, what="the sale moving")
+        deadline = timezone.now() + timedelta(seconds=90)
+        while moving is None and timezone.now() < deadline and any(t.is_alive() for t in threads):
+            caplog.clear()
+            runs_moving = _sample("seckill_reconcile_runs_total", outcome="moving")
+            runs_drift = _sample("seckill_reconcile_runs_total", outcome="drift")
+            gauge = _sample("seckill_reconcile_unexplained_drift_units", **drift_gauge)
+            report = reconcile(activity_id=activity.pk)
+            if not report["consistent"] and not report["identity_ok"]:
+                moving = (report, runs_moving, runs_drift, gauge, [r.getMessage() for r in caplog.records])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert moving is not None, "no run saw the sale move with its drift off"
+    report, runs_moving, runs_drift, gauge, logged = moving
+    assert not [line for line in logged if "seckill.reconcile.drift" in line], logged
+    assert _sample("seckill_reconcile_runs_total", outcome="moving") >= runs_moving + 1
+    assert _sample("seckill_reconcile_runs_total", outcome="drift") == runs_drift
+    assert gauge == 0 and _sample("seckill_reconcile_unexplained_drift_units", **drift_gauge) == 0
+    summary = ReconciliationSummary.objects.get(activity=activity)
+    assert summary.last_identity_ok and summary.latest["consistent"], summary.latest
+    assert not ReconciliationReport.objects.filter(activity=activity, identity_ok=False).exists()
+    assert report_in_words(report).startswith("Not measured: the sale kept moving"), report_in_words(report)
+
+    settled = reconcile(activity_id=activity.pk)  # the sale quiet again
+    assert settled["consistent"] and settled["identity_ok"], settled

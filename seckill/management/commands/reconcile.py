@@ -34,6 +34,8 @@ class Command(BaseCommand):
             return
         for report in reports if isinstance(reports, list) else [reports]:
             ok = "OK" if report["identity_ok"] else "DRIFT"
+            if not report["consistent"]:
+                ok = "NOT MEASURED (the sale kept moving; run it again)"
             self.stdout.write(
                 f"activity {report['activity']}: {ok}{' (dry run)' if dry_run else ''} — Redis loaded "
                 f"{report['redis_loaded']}, remaining {report['redis_remaining']}, reserved-not-ordered "
