@@ -119,6 +119,46 @@ def test_the_mails_are_in_the_shoppers_language(mails):
     assert "付款截止" in outbox[0].body and "您取消了它。" in outbox[1].body
 
 
+@pytest.mark.django_db
+def test_chinese_mails_are_punctuated_as_chinese(mails):
+    """A label ends with a full-width colon, and two Chinese sentences follow each other
+    with no space between them (the English template's colon and space are not theirs)."""
+    outbox, capture = mails
+    shopper = UserFactory(email="zh-punct@example.com")
+    AccountProfile.objects.create(user=shopper, language="zh-hans")
+    activity = make_activity(title="电水壶")
+    paid = won(activity, shopper, capture)
+    with capture(execute=True):
+        pay_through_provider(paid)
+    for reason in ("shopper", "timeout", "staff"):
+        (other,) = make_users(1, prefix=f"zh-{reason}-")
+        other.email = f"{reason}@example.com"
+        other.save()
+        AccountProfile.objects.create(user=other, language="zh-hans")
+        order = won(activity, other, capture)
+        if reason == "timeout":
+            Order.objects.filter(pk=order.pk).update(pay_deadline=timezone.now() - timedelta(seconds=1))
+        with capture(execute=True):
+            order_cancel(order=order, reason=reason)
+    (late,) = make_users(1, prefix="zh-late-")
+    late.email = "late-zh@example.com"
+    late.save()
+    AccountProfile.objects.create(user=late, language="zh-hans")
+    reminded = won(activity, late, capture)
+    now = timezone.now()
+    Order.objects.filter(pk=reminded.pk).update(
+        created_at=now - timedelta(minutes=9), pay_deadline=now + timedelta(minutes=1)
+    )
+    assert order_reminders_task() == 1
+    bodies = [m.body for m in outbox]
+    assert len(bodies) == 10, [m.subject for m in outbox]  # 5 wins, a receipt, 3 cancels, a reminder
+    for body in bodies:
+        for line in body.splitlines():
+            assert ": " not in line, f"an ASCII colon after a Chinese label: {line!r}"
+            assert "。 " not in line, f"a space between two Chinese sentences: {line!r}"
+    assert any("订单：" in body for body in bodies)
+
+
 def language_switch(client: Client, language: str, next_path: str):
     """The site's language switch as its button posts it (templates/base.html)."""
     return client.post("/i18n/setlang/", {"language": language, "next": next_path})
