@@ -176,19 +176,19 @@ class StockLayout:
         """Cancelled orders' units back into the shards they came from, and their shoppers
         freed; once per order (the ``returned`` sets). True for each returned now. One
         round trip with one key, two with shards (their claims live in other slots),
-        whatever the number of orders."""
+        whatever the number of orders.
+
+        With shards the claims go first: Redis lost between the two steps then leaves
+        orders whose units are not back, which reconciliation finds and returns. The other
+        way round it left shoppers whose claim named a cancelled order, told ``duplicate``
+        for the rest of the sale. A shopper freed a moment before their units return may
+        buy again at once: a unit owed to the sale for a moment, never one sold twice."""
         if not self.sharded:
             return run_returns(client, self.keys, returns)
-        returned = run_shard_returns(client, self.keys, returns)
         run_claim_settles(
-            client,
-            [
-                (self.users_of(r.user_id), r.user_id, claim_value(r.shard, r.reservation_id))
-                for r, now in zip(returns, returned, strict=True)
-                if now
-            ],
+            client, [(self.users_of(r.user_id), r.user_id, claim_value(r.shard, r.reservation_id)) for r in returns]
         )
-        return returned
+        return run_shard_returns(client, self.keys, returns)
 
     def snapshot(self, client: StockRedis) -> RedisSnapshot:
         """Each shard read atomically; with S > 1 their sum (stock and loaded: None if any

@@ -211,8 +211,8 @@ def run_returns(client: StockRedis, keys: ActivityKeys, returns: Sequence[UnitsB
 
 def run_shard_returns(client: StockRedis, keys: ActivityKeys, returns: Sequence[UnitsBack]) -> list[bool]:
     """S > 1: each order's units back into the shard they came from, once per order
-    (shard_return.lua), in one pipeline; True for each returned now. The caller then frees
-    the shoppers of those (their claims live in other slots)."""
+    (shard_return.lua), in one pipeline; True for each returned now. The shoppers' claims
+    live in other slots: StockLayout.units_return frees them first."""
     calls = []
     for r in returns:
         shard = keys.shard(r.shard)

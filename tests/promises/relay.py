@@ -2,7 +2,8 @@
 it: ``cut()`` closes every connection and closes new ones at once (Redis unreachable),
 ``restore()`` lets them through again. ``turn_delay`` holds each of the client's turns
 (what it sends after Redis last answered it) that long: a Redis across a network, where
-every round trip costs, while a pipeline's commands share one."""
+every round trip costs, while a pipeline's commands share one. ``cut_after_turns(n)`` cuts
+at the start of the client's (n+1)-th turn from now."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class RedisRelay:
         self.url = urlunsplit(parts._replace(netloc=f"127.0.0.1:{self.listener.getsockname()[1]}"))
         self.down = False
         self.closed = False
+        self.turns_left: int | None = None  # cut() when a client begins its turn after these
         self._pairs: set[tuple[socket.socket, socket.socket]] = set()
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -51,9 +53,15 @@ class RedisRelay:
     def _pump(self, src: socket.socket, dst: socket.socket, pair, answered: threading.Event, asking: bool) -> None:
         try:
             while data := src.recv(65536):
-                if asking and self.turn_delay and answered.is_set():
+                if asking and answered.is_set():  # the client begins a turn
                     answered.clear()
-                    time.sleep(self.turn_delay)
+                    if self.turns_left is not None:
+                        if self.turns_left == 0:
+                            self.cut()
+                            return
+                        self.turns_left -= 1
+                    if self.turn_delay:
+                        time.sleep(self.turn_delay)
                 elif not asking:
                     answered.set()
                 dst.sendall(data)
@@ -79,8 +87,14 @@ class RedisRelay:
         for pair in pairs:
             self._drop(pair)
 
+    def cut_after_turns(self, turns: int) -> None:
+        """Let the clients' next ``turns`` turns through, then cut at the start of the one
+        after: a Redis lost between two steps of the same work."""
+        self.turns_left = turns
+
     def restore(self) -> None:
         self.down = False
+        self.turns_left = None
 
     def close(self) -> None:
         self.closed = True

@@ -116,3 +116,44 @@ def test_a_batch_of_expiries_is_on_sale_again_within_the_bound(shards, settings)
         f"{sum(1 for gap, _ in late if gap > MEMORY_BOUND)} of {ORDERS} orders were seen cancelled more than "
         f"{MEMORY_BOUND} s before their units were back on sale; the latest {late[0][0]:.2f} s ({late[0][1]})"
     )
+
+
+def test_a_sharded_return_cut_between_its_two_steps_heals_at_the_next_reconciliation(settings):
+    """With shards, a return is two steps in two slots: the shopper's claim, and the units
+    in the shard. Redis lost between them must leave a state the next reconciliation
+    finishes (the units back, the shopper free), never a shopper told ``duplicate`` for
+    the rest of the sale about an order that is cancelled."""
+    from orders.services.lifecycle import order_cancel
+    from seckill.sale.reconciliation import reconcile
+    from stock.scripts import UnitsBack
+
+    activity = make_activity(stock=20, shards=4, pay_timeout=900)
+    (order,) = _shoppers_with_orders(activity, make_users(1, prefix="cut-return-"))
+    layout = StockLayout.of(activity.pk)
+    stocks = [int(stock_redis().get(k.stock)) for k in layout.shard_keys]
+    # Cancelled while the stock Redis is away (its return left to reconciliation) ...
+    real_redis = settings.SECKILL_REDIS_URL
+    settings.SECKILL_REDIS_URL = "redis://127.0.0.1:1/0"
+    reset_stock_redis()
+    order_cancel(order=order, reason="shopper")
+    settings.SECKILL_REDIS_URL = real_redis
+    reset_stock_redis()
+    # ... then its return, over a link that breaks between the two steps.
+    relay = RedisRelay(settings.SECKILL_REDIS_URL)
+    far = redis.Redis.from_url(relay.url)
+    try:
+        assert far.ping()
+        relay.cut_after_turns(1)
+        with pytest.raises(redis.ConnectionError):
+            layout.units_return(
+                far, [UnitsBack(order.order_no, order.quantity, order.user_id, order.reservation_id, order.shard)]
+            )
+    finally:
+        relay.close()
+
+    report = reconcile(activity_id=activity.pk)
+    assert report["identity_ok"], report
+    client = stock_redis()
+    assert sum(int(client.get(k.stock)) for k in layout.shard_keys) == sum(stocks) + 1
+    again = layout.reserve(client, user_id=order.user_id, quantity=1, limit=1)
+    assert again.code == ScriptCode.RESERVED, f"the shopper of a cancelled order is refused: {again}"

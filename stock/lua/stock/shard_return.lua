@@ -1,5 +1,5 @@
 -- Sharded stock (S > 1): give the units of a cancelled order back to the shard they
--- came from, once; the caller then frees the shopper's claim (claim_settle.lua).
+-- came from, once; the caller has freed the shopper's claim first (claim_settle.lua).
 --
 -- KEYS[1] stock (of the shard)   KEYS[2] returned (set of order numbers, of the shard)
 -- KEYS[3] restocks (of the shard: counts every rise of its stock)
