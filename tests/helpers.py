@@ -4,6 +4,7 @@ activity form."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -150,14 +151,26 @@ class Process:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
+    # SIGTERM to the process alone, its children left to it, as a supervisor stops a Celery
+    # worker (systemd's KillMode=mixed): a warm shutdown finishes the tasks it is running.
+    # SIGTERM to the whole group instead kills a pool child between a task's commit and its
+    # Redis step: a crash, which reconciliation heals later, not a shutdown.
+    stop_leader_only = False
+
     def stop(self, timeout: float = 15.0) -> None:
         if self.alive():
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            if self.stop_leader_only:
+                self.proc.send_signal(signal.SIGTERM)
+            else:
+                os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+        if self.stop_leader_only and self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # what the leader left behind, if anything
         if getattr(self, "_log", None):
             self._log.close()
 
@@ -185,7 +198,9 @@ def start_celery_worker(
         "prefork",
         *options,
     ]
-    process = Process(name, argv, env or subprocess_env(), log_dir).start()
+    process = Process(name, argv, env or subprocess_env(), log_dir)
+    process.stop_leader_only = True
+    process.start()
     wait_until(lambda: "ready." in process.log() or not process.alive(), timeout=60, what=f"{name} to be ready")
     assert process.alive(), f"{name} died:\n{process.log()[-3000:]}"
     return process
