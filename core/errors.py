@@ -34,6 +34,18 @@ def busy(detail: str = "The sale is busy; please try again in a moment.") -> Api
     return ApiError(503, "busy", detail, retry_after=2)
 
 
+def outcome_unknown() -> ApiError:
+    """503 ``outcome_unknown`` with ``Retry-After``: the purchase reached Redis and its reply
+    was lost, so it may have taken units; the result endpoint (or the same request again)
+    says which. Never ``busy``, which promises that nothing was taken."""
+    return ApiError(
+        503,
+        "outcome_unknown",
+        "Your purchase may or may not have gone through; check your result in a moment.",
+        retry_after=2,
+    )
+
+
 @overload
 def api_error_of(exc: ApiError | OperationalError | InterfaceError) -> ApiError: ...
 @overload

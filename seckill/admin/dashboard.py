@@ -240,6 +240,7 @@ REFUSAL_WORDS = {
     "duplicate": "already bought",
     "rate_limited": "too many tries, slowed down",
     "busy": "shop busy, asked to retry",
+    "outcome_unknown": "Redis's reply lost, shopper asked to check",
     "not_authenticated": "not signed in",
     "authentication_failed": "sign-in not recognised",
     "invalid_request": "request not understood",

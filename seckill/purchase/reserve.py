@@ -9,7 +9,7 @@ import time
 import redis
 from django.core.exceptions import SynchronousOnlyOperation
 
-from core.errors import DATABASE_AWAY, ApiError, busy
+from core.errors import DATABASE_AWAY, ApiError, busy, outcome_unknown
 from core.loop_bridge import on_loop
 from seckill.purchase.fallback import Reserved, purchase_fallback, reserve_participants_sync
 from seckill.purchase.took_part import took_part_refusal, took_part_remember
@@ -68,8 +68,13 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
             _reserve_handed_over(activity.id)
             asked_at = time.monotonic()
             reply = _reserve(activity, user_id=user_id, quantity=quantity)
+    except ReplyLost as exc:
+        # The script may have run: neither "nothing was taken" (busy) nor the database path.
+        breaker.record_failure(ticket)
+        logger.warning("purchase: Redis's reply for activity %s was lost, outcome unknown: %s", activity.id, exc)
+        raise outcome_unknown() from exc
     except redis.TimeoutError as exc:
-        # The script may have run: the outcome is unknown, so no second path may sell.
+        # A step around the script (the hand-over, a pending claim) may have acted half-way.
         breaker.record_failure(ticket)
         logger.warning("purchase: Redis timed out for activity %s: %s", activity.id, exc)
         raise busy() from exc
@@ -108,10 +113,31 @@ def purchase_reserve(*, activity: ActivitySnapshot, user_id: int, quantity: int)
     raise ApiError(400, "invalid_request", "quantity must be a positive integer within the per-user limit.")
 
 
+class ReplyLost(Exception):
+    """The purchase script was sent and no reply came (the link lost, or the reply later
+    than the socket timeout): it may have run and taken units, or not."""
+
+
 def _reserve(activity: ActivitySnapshot, *, user_id: int, quantity: int) -> PurchaseReply:
-    return StockLayout(activity.id, activity.shards).reserve(
-        stock_redis(), user_id=user_id, quantity=quantity, limit=activity.per_user_limit
-    )
+    try:
+        return StockLayout(activity.id, activity.shards).reserve(
+            stock_redis(), user_id=user_id, quantity=quantity, limit=activity.per_user_limit
+        )
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        if _refused(exc):
+            raise  # no connection: the script never left this process
+        raise ReplyLost(str(exc)) from exc
+
+
+def _refused(exc: BaseException) -> bool:
+    """Redis refused the connection (``ConnectionRefusedError`` in the exception's chain):
+    nothing was sent. Any other connection or timeout error may have come after sending."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _reserve_handed_over(activity_id: int) -> None:

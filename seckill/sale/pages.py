@@ -75,6 +75,8 @@ def page_strings() -> dict[str, str]:
         "cancelled": _("Your order is cancelled; the item went back on sale."),
         "expired": _("The time to pay has run out; the order was cancelled."),
         "failed": _("Sorry, we could not confirm your order."),
+        "outcome_unknown": _("The shop lost track of your purchase for a moment: checking whether it went through…"),
+        "not_taken": _("Your purchase did not go through. You can try again."),
         "duplicate": _("You have already taken part in this sale."),
         "sold_out": _("Sold out: every unit has found a buyer."),
         "sold_out_short": _("Sold out"),

@@ -351,6 +351,10 @@
       link.href = button.dataset.roomPath;
       link.textContent = button.dataset.roomText;
       say(button.dataset.roomText, "warning", link);
+    } else if (code === "outcome_unknown") {
+      state.locked = true; // until the result says whether the purchase went through
+      say(T.outcome_unknown, "warning");
+      waitForOrder(0);
     } else if (status === 503) {
       say(T.busy, "warning");
     } else if (status === 403) {
@@ -375,6 +379,12 @@
     const result = await fetchResult();
     if (result && result.code === "ordered") return showResult(result);
     if (result && result.code === "failed") return say(T.failed, "error");
+    if (result && result.code === "none") {
+      // A purchase whose outcome was unknown (outcome_unknown) that did not go through.
+      state.locked = false;
+      say(T.not_taken, "warning");
+      return renderButton();
+    }
     setTimeout(() => waitForOrder(attempt + 1), attempt < 20 ? 500 : 2000);
   }
 

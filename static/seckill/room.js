@@ -206,6 +206,10 @@
       say(T.queued, "success");
       return waitForOrder(0);
     }
+    if (body.code === "outcome_unknown") {
+      say(T.outcome_unknown, "warning");
+      return waitForOrder(0); // the result says whether it went through
+    }
     say(T[body.code] || body.detail || T.error, "error");
   }
 
@@ -213,6 +217,11 @@
     const { response, body } = await call("GET", `/api/activities/${id}/result`);
     if (response && response.ok && body.code === "ordered" && body.order) return showOrder(body.order);
     if (response && response.ok && body.code === "failed") return say(T.failed, "error");
+    if (response && response.ok && body.code === "none") {
+      // A purchase whose outcome was unknown (outcome_unknown) that did not go through.
+      buyButton.disabled = false;
+      return say(T.not_taken, "warning");
+    }
     setTimeout(() => waitForOrder(attempt + 1), attempt < 20 ? 500 : 2000);
   }
 

@@ -19,8 +19,9 @@ expiry (op ``expiry``)       RETURN    [the order's pay deadline, the first mome
 failed reservation           RETURN    (op ``release``) as an expiry
 purchase 503 ``busy``, 429,   none     no effect, no constraint
 other 4xx, cancel 409, pay
-no answer / another 5xx       TAKE or  may have taken effect or not: [send, +inf),
-                             RETURN?   placed anywhere after ``send`` or never
+no answer, 503                TAKE or  may have taken effect or not: [send, +inf),
+``outcome_unknown``, another  RETURN?   placed anywhere after ``send`` or never
+5xx
 ==========================  ========  ================================================
 
 A refusal answered from a process memory may describe a moment up to ``memory_bound`` seconds

@@ -3,10 +3,13 @@ it: ``cut()`` closes every connection and closes new ones at once (Redis unreach
 ``restore()`` lets them through again. ``turn_delay`` holds each of the client's turns
 (what it sends after Redis last answered it) that long: a Redis across a network, where
 every round trip costs, while a pipeline's commands share one. ``cut_after_turns(n)`` cuts
-at the start of the client's (n+1)-th turn from now."""
+at the start of the client's (n+1)-th turn from now. ``lose_reply_to(marker)`` lets the next
+turn holding ``marker`` reach Redis and cuts when Redis answers it (the link lost while the
+reply was on its way); ``hold_reply_to(marker, seconds)`` delays that reply instead."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -23,6 +26,8 @@ class RedisRelay:
         self.down = False
         self.closed = False
         self.turns_left: int | None = None  # cut() when a client begins its turn after these
+        self.watched: bytes | None = None  # the turn whose reply is lost or held
+        self.reply_hold: float | None = None  # None: lose it; else hold it that long
         self._pairs: set[tuple[socket.socket, socket.socket]] = set()
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -47,11 +52,14 @@ class RedisRelay:
                 self._pairs.add(pair)
             answered = threading.Event()  # Redis answered since the client's last turn
             answered.set()
-            threading.Thread(target=self._pump, args=(client, upstream, pair, answered, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, pair, answered, False), daemon=True).start()
+            watching = threading.Event()  # this pair's pending turn holds the watched marker
+            for src, dst, asking in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(
+                    target=self._pump, args=(src, dst, pair, answered, watching, asking), daemon=True
+                ).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, pair, answered: threading.Event, asking: bool) -> None:
-        try:
+    def _pump(self, src, dst, pair, answered: threading.Event, watching: threading.Event, asking: bool) -> None:
+        with contextlib.suppress(OSError):
             while data := src.recv(65536):
                 if asking and answered.is_set():  # the client begins a turn
                     answered.clear()
@@ -62,22 +70,26 @@ class RedisRelay:
                         self.turns_left -= 1
                     if self.turn_delay:
                         time.sleep(self.turn_delay)
+                if asking and self.watched is not None and self.watched in data:
+                    self.watched = None
+                    watching.set()
                 elif not asking:
                     answered.set()
+                    if watching.is_set():
+                        watching.clear()
+                        if self.reply_hold is None:
+                            self.cut()
+                            return
+                        time.sleep(self.reply_hold)
                 dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            self._drop(pair)
+        self._drop(pair)
 
     def _drop(self, pair) -> None:
         with self._lock:
             self._pairs.discard(pair)
         for s in pair:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
     def cut(self) -> None:
@@ -91,6 +103,14 @@ class RedisRelay:
         """Let the clients' next ``turns`` turns through, then cut at the start of the one
         after: a Redis lost between two steps of the same work."""
         self.turns_left = turns
+
+    def lose_reply_to(self, marker: bytes) -> None:
+        """The next turn holding ``marker`` reaches Redis; its reply does not come back (cut)."""
+        self.watched, self.reply_hold = marker, None
+
+    def hold_reply_to(self, marker: bytes, seconds: float) -> None:
+        """The next turn holding ``marker`` reaches Redis; its reply comes back ``seconds`` late."""
+        self.watched, self.reply_hold = marker, seconds
 
     def restore(self) -> None:
         self.down = False

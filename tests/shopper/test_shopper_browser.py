@@ -265,3 +265,47 @@ def test_the_sale_pages_switch_is_the_language_of_a_signed_in_shoppers_mails(sho
     wait_until(
         lambda: AccountProfile.objects.get(user=user).language == "zh-hans", timeout=15, what="the mails' language"
     )
+
+
+@pytest.mark.parametrize("purchase_ran", [True, False], ids=["it-went-through", "it-did-not"])
+def test_a_purchase_whose_answer_was_lost_is_settled_by_the_result(purchase_ran, shop, context):
+    """The server answers 503 ``outcome_unknown`` when the purchase's reply from Redis was
+    lost (tests/promises/test_lost_reply.py). Here the answer the page reads is that one;
+    the purchase itself reached the real server (it went through) or did not. The page
+    must find out from the result, not tell the shopper to try again blindly."""
+    activity, _ = demo_activity(seconds_to_start=-5)
+    user, page = logged_in_page(context(), shop, f"unsure-{int(purchase_ran)}")
+
+    def answer_lost(route):
+        if purchase_ran:
+            sent = route.fetch()  # the real purchase, through the real server
+            assert sent.status == 202, sent.text()
+        route.fulfill(
+            status=503,
+            headers={"Retry-After": "2"},
+            json={"code": "outcome_unknown", "detail": "Your purchase may or may not have gone through."},
+        )
+
+    page.route(re.compile(r".*/purchase$"), answer_lost)
+    page.goto(f"{shop}/seckill/{activity.pk}/")
+    expect(page.locator("#account")).to_contain_text("Log out")
+    button, outcome = page.locator("#buy"), page.locator("#outcome")
+
+    def ordered() -> bool:  # the reservation becomes an order as the drain task would make it
+        reservations_drain(activity_id=activity.pk)
+        return Order.objects.filter(user=user).exists()
+
+    button.click()
+    if purchase_ran:
+        expect(outcome).to_contain_text("checking whether it went through")  # the result says: queued
+        wait_until(ordered, timeout=30, what="the order")
+        expect(outcome).to_contain_text(re.compile(r"You got it! Pay within"))
+        expect(outcome.get_by_role("button", name="Pay now")).to_be_visible()
+    else:
+        expect(outcome).to_contain_text("Your purchase did not go through. You can try again.")
+        expect(page.locator("#buy-hint")).to_contain_text(re.compile(r"You can try again in \d+ s"))
+        page.unroute(re.compile(r".*/purchase$"))
+        expect(button).to_be_enabled(timeout=20_000)  # after the page's 10 s between clicks
+        button.click()
+        wait_until(ordered, timeout=30, what="the order after trying again")
+        expect(outcome).to_contain_text(re.compile(r"You got it! Pay within"))
