@@ -5,7 +5,8 @@ Worker threads, each with one keep-alive connection (http.client), drive some sh
 A shopper behaves like the real flood: presses Buy at the start (within ``arrival_spread``
 seconds), retries about every 0.2-1 s (random) when told ``sold_out`` / ``busy`` /
 ``rate_limited`` / ``duplicate``; a winner polls ``GET /api/activities/<id>/result`` for its
-order, then cancels it after a random delay (``POST /api/orders/<order_no>/cancel``, a share
+order (as it does after a 503 ``outcome_unknown``, as the shop page does: ``none`` sends it back
+to buying), then cancels it after a random delay (``POST /api/orders/<order_no>/cancel``, a share
 ``cancel_share`` of the winners), or lets it expire and watches it (``GET
 /api/orders/<order_no>/``) until it is cancelled, and buys again; a winner whose order would
 outlive the recording keeps it. Everyone keeps going until the deadline.
@@ -52,6 +53,7 @@ class Shopper:
     deadline: float = 0.0
     known_orders: set = field(default_factory=set)
     unanswered_cancel: Op | None = None  # a cancel that got no answer: its outcome shows later
+    unsure: bool = False  # awaiting the order of a purchase answered outcome_unknown
 
 
 class _Connection:
@@ -190,8 +192,8 @@ class SaleRecorder:
         if s.state == "buy":
             answer = connection.call("POST", f"/api/activities/{a}/purchase", s.key, {"token": self.purchase_token})
             op = self._answer(s, PURCHASE, answer)
-            if op.status == 202:
-                s.state, s.win_send = "await_order", op.send
+            if op.status == 202 or (op.status == 503 and op.code == "outcome_unknown"):
+                s.state, s.win_send, s.unsure = "await_order", op.send, op.status != 202
                 return rng.uniform(*self.poll)
             if op.status == 403 and op.code == "ended":
                 return None
@@ -202,6 +204,9 @@ class SaleRecorder:
             op = self._answer(s, RESULT, answer)
             body = answer[1] if isinstance(answer[1], dict) else {}
             order = body.get("order") or {}
+            if op.status == 200 and op.code == "none" and s.unsure:  # it did not go through
+                s.state, s.unsure = "buy", False
+                return rng.uniform(*self.think)
             if op.status == 200 and op.code == "failed":  # the reservation was given back
                 self._record(Op(s.user_id, RELEASE, s.win_send, op.receive, note=str(body.get("reason"))))
                 s.state = "buy"
@@ -209,6 +214,7 @@ class SaleRecorder:
             if op.status != 200 or op.code != "ordered" or order.get("order_no") in s.known_orders:
                 return rng.uniform(*self.poll)
             s.order_no, s.deadline = order["order_no"], monotonic_of(order["pay_deadline"])
+            s.unsure = False
             s.known_orders.add(s.order_no)
             with self._lock:
                 self.orders[s.order_no] = s.user_id
